@@ -1,0 +1,135 @@
+//! mcir as a library: compile `.mcir` source once, then run its functions on JSON or
+//! on runtime values, with every error typed and located in the source.
+//!
+//! ```
+//! let program = mcir::Program::compile("square.mcir", "fn sq(x: f64) -> f64 { return x * x; }").unwrap();
+//! let f = program.entry(None).unwrap();
+//! let out = program.run_json(f, "[3.0]", &mcir::Limits::default()).unwrap();
+//! assert_eq!(out, r#"{"value": 9.0, "args": [3.0]}"#);
+//! ```
+
+#![deny(missing_docs)]
+
+mod diagnostics;
+mod error;
+pub mod json;
+
+pub use diagnostics::SourceFile;
+pub use error::{ArgError, CompileError, EntryError, RunError};
+pub use mcir_interp::{Limits, RuntimeError, RuntimeErrorKind, Val};
+/// The IR: printer, parser and verifier, for tools built on the library.
+pub use mcir_ir as ir;
+pub use mcir_ir::{FuncId, Module};
+
+use std::sync::Arc;
+
+/// The stack given to the compiler's recursive passes, so that deeply nested (but
+/// accepted) source cannot overflow the caller's stack.
+const COMPILER_STACK: usize = 256 << 20;
+
+/// A compiled program: its source (for error messages) and its verified IR.
+#[derive(Clone, Debug)]
+pub struct Program {
+    source: Arc<SourceFile>,
+    module: Module,
+}
+
+impl Program {
+    /// Parses, checks and lowers `text`; `name` is used in error messages.
+    pub fn compile(name: &str, text: &str) -> Result<Program, CompileError> {
+        let source = Arc::new(SourceFile::new(name, text));
+        let src = Arc::clone(&source);
+        let worker = std::thread::Builder::new()
+            .name("mcir-compile".into())
+            .stack_size(COMPILER_STACK)
+            .spawn(move || compile_module(&src.text));
+        let result = match worker {
+            Ok(handle) => handle.join().unwrap_or_else(|_| {
+                Err(vec![mcir_syntax::Diagnostic::error(
+                    "internal compiler error: the compiler thread panicked",
+                    Default::default(),
+                )])
+            }),
+            Err(_) => compile_module(&source.text),
+        };
+        match result {
+            Ok(module) => Ok(Program { source, module }),
+            Err(diagnostics) => Err(CompileError { source, diagnostics }),
+        }
+    }
+
+    /// The program's IR.
+    pub fn module(&self) -> &Module {
+        &self.module
+    }
+
+    /// The program's source.
+    pub fn source(&self) -> &SourceFile {
+        &self.source
+    }
+
+    /// The function `name`, or without a name: `main` if there is one, else the only function.
+    pub fn entry(&self, name: Option<&str>) -> Result<FuncId, EntryError> {
+        let names = || self.module.funcs.values().map(|f| f.name.clone()).collect::<Vec<_>>();
+        match name {
+            Some(n) => {
+                self.module.func_by_name(n).ok_or_else(|| EntryError::NoSuchFunction(n.to_string(), names()))
+            }
+            None => {
+                if let Some(f) = self.module.func_by_name("main") {
+                    return Ok(f);
+                }
+                match self.module.funcs.len() {
+                    1 => Ok(self.module.funcs.keys().next().ok_or(EntryError::NoFunctions)?),
+                    0 => Err(EntryError::NoFunctions),
+                    _ => Err(EntryError::Ambiguous(names())),
+                }
+            }
+        }
+    }
+
+    /// The IR of one function, or of the whole module, as text.
+    pub fn ir_text(&self, func: Option<FuncId>) -> String {
+        match func {
+            Some(f) => mcir_ir::print_function(&self.module, &self.module.funcs[f]),
+            None => mcir_ir::print_module(&self.module),
+        }
+    }
+
+    /// Runs `func` on runtime values with the reference interpreter; address-identified
+    /// arguments (arrays, refs, mut structs) show the call's effects afterwards.
+    pub fn call(&self, func: FuncId, args: &[Val], limits: &Limits) -> Result<Option<Val>, RuntimeError> {
+        let mut interp = mcir_interp::Interpreter::new(&self.module, limits.clone());
+        interp.call(func, args.to_vec())
+    }
+
+    /// Runs `func` on arguments given as a JSON array and returns the JSON document of
+    /// `mcc run`: `{"value": V, "args": [A1, ...]}`.
+    pub fn run_json(&self, func: FuncId, args_json: &str, limits: &Limits) -> Result<String, RunError> {
+        let args = json::decode_args(&self.module, func, args_json).map_err(RunError::Args)?;
+        let value = self.call(func, &args, limits).map_err(RunError::Runtime)?;
+        Ok(json::encode_run_output(&self.module, func, value.as_ref(), &args))
+    }
+
+    /// Renders a runtime error with its source location, as the CLI prints it.
+    pub fn render_runtime_error(&self, e: &RuntimeError) -> String {
+        let span = mcir_syntax::ast::Span::new(e.span.start as usize, e.span.end as usize);
+        let d = mcir_syntax::Diagnostic::error(format!("{}, in function `{}`", e.kind, e.function), span);
+        self.source.render(&d)
+    }
+}
+
+fn compile_module(text: &str) -> Result<Module, Vec<mcir_syntax::Diagnostic>> {
+    let parsed = mcir_syntax::parse(text);
+    if !parsed.diagnostics.is_empty() {
+        return Err(parsed.diagnostics);
+    }
+    let module = mcir_lower::lower_program(&parsed.program)?;
+    if let Err(e) = mcir_ir::verify_module(&module) {
+        return Err(vec![mcir_syntax::Diagnostic::error(
+            format!("internal compiler error: the IR does not verify: {e}"),
+            Default::default(),
+        )]);
+    }
+    Ok(module)
+}

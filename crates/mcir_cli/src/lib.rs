@@ -1,0 +1,192 @@
+//! The `mcc` command line, as a library function so that tests can drive it in-process:
+//! argument parsing, reading the program and arguments, and mapping every outcome to
+//! the exit status of CLI.md (0 success, 1 program error, 2 command-line error).
+
+use clap::{Parser, Subcommand, ValueEnum};
+use std::ffi::OsString;
+use std::io::Read;
+use std::time::Duration;
+
+/// What a run of `mcc` produced.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// Exit status.
+    pub code: i32,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+impl Outcome {
+    fn ok(stdout: String) -> Outcome {
+        Outcome { code: 0, stdout, stderr: String::new() }
+    }
+
+    fn usage(message: impl std::fmt::Display) -> Outcome {
+        Outcome { code: 2, stdout: String::new(), stderr: format!("error: {message}\n") }
+    }
+
+    fn program(rendered: String) -> Outcome {
+        Outcome { code: 1, stdout: String::new(), stderr: rendered }
+    }
+}
+
+#[derive(Parser, Debug)]
+#[command(name = "mcc", version, about = "mcir: a compiler for automatic differentiation of .mcir programs")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Args, Debug)]
+struct Common {
+    /// The .mcir program (`-` reads it from standard input).
+    file: String,
+    /// The entry function (default: `main`, else the only function).
+    #[arg(long = "fn", value_name = "NAME")]
+    func: Option<String>,
+    /// Run with the reference interpreter (the default in this version).
+    #[arg(long)]
+    interp: bool,
+    /// Stop a program that runs longer than this many seconds.
+    #[arg(long, value_name = "SECONDS")]
+    timeout: Option<f64>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a function and print its value and its arguments' state after the call.
+    Run {
+        #[command(flatten)]
+        common: Common,
+        /// JSON array of arguments, or @path.json.
+        #[arg(long, value_name = "ARGS")]
+        args: Option<String>,
+    },
+    /// Print the IR of the program (or of one function with --fn).
+    Ir {
+        #[command(flatten)]
+        common: Common,
+        /// Which IR to print.
+        #[arg(long, value_enum, default_value = "primal")]
+        stage: Stage,
+    },
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    /// The function as compiled.
+    Primal,
+    /// The forward pass of its derived reverse rule.
+    Fwd,
+    /// The reverse pass of its derived reverse rule.
+    Rev,
+    /// The forward-mode tangent function.
+    Tangent,
+    /// Every stage.
+    All,
+}
+
+/// Runs `mcc` with `args` (the first is the program name), reading `-` from `stdin`.
+pub fn run(args: Vec<OsString>, stdin: &mut dyn Read) -> Outcome {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let text = e.render().to_string();
+            return if code == 0 {
+                Outcome::ok(text)
+            } else {
+                Outcome { code, stdout: String::new(), stderr: text }
+            };
+        }
+    };
+    match cli.command {
+        Command::Run { common, args } => cmd_run(&common, args.as_deref(), stdin),
+        Command::Ir { common, stage } => cmd_ir(&common, stage, stdin),
+    }
+}
+
+/// Reads the program text named on the command line.
+fn read_program(file: &str, stdin: &mut dyn Read) -> Result<(String, String), Outcome> {
+    let (name, bytes) = if file == "-" {
+        let mut buf = Vec::new();
+        stdin
+            .read_to_end(&mut buf)
+            .map_err(|e| Outcome::usage(format!("cannot read the program from stdin: {e}")))?;
+        ("<stdin>".to_string(), buf)
+    } else {
+        let bytes = std::fs::read(file).map_err(|e| Outcome::usage(format!("cannot read `{file}`: {e}")))?;
+        (file.to_string(), bytes)
+    };
+    match String::from_utf8(bytes) {
+        Ok(text) => Ok((name, text)),
+        Err(e) => {
+            let at = e.utf8_error().valid_up_to();
+            let before = &e.as_bytes()[..at];
+            let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+            let col = at - before.iter().rposition(|&b| b == b'\n').map(|p| p + 1).unwrap_or(0) + 1;
+            Err(Outcome::program(format!(
+                "error: {name}:{line}:{col}: the program is not valid UTF-8 text\n"
+            )))
+        }
+    }
+}
+
+fn read_json_arg(flag: &str, text: &str) -> Result<String, Outcome> {
+    match text.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| Outcome::usage(format!("cannot read {flag} file `{path}`: {e}"))),
+        None => Ok(text.to_string()),
+    }
+}
+
+fn compile(common: &Common, stdin: &mut dyn Read) -> Result<mcir::Program, Outcome> {
+    let (name, text) = read_program(&common.file, stdin)?;
+    mcir::Program::compile(&name, &text).map_err(|e| Outcome::program(e.render()))
+}
+
+fn limits(common: &Common) -> Result<mcir::Limits, Outcome> {
+    let mut limits = mcir::Limits::default();
+    if let Some(t) = common.timeout {
+        if !(t.is_finite() && t > 0.0 && t < 1e9) {
+            return Err(Outcome::usage(format!("--timeout must be a positive number of seconds, not {t}")));
+        }
+        limits.timeout = Some(Duration::from_secs_f64(t));
+    }
+    Ok(limits)
+}
+
+fn cmd_run(common: &Common, args: Option<&str>, stdin: &mut dyn Read) -> Outcome {
+    let result = (|| {
+        let limits = limits(common)?;
+        let program = compile(common, stdin)?;
+        let func = program.entry(common.func.as_deref()).map_err(Outcome::usage)?;
+        let args = read_json_arg("--args", args.unwrap_or("[]"))?;
+        match program.run_json(func, &args, &limits) {
+            Ok(json) => Ok(Outcome::ok(json + "\n")),
+            Err(mcir::RunError::Args(e)) => Err(Outcome::usage(e)),
+            Err(mcir::RunError::Runtime(e)) => Err(Outcome::program(program.render_runtime_error(&e))),
+        }
+    })();
+    result.unwrap_or_else(|o| o)
+}
+
+fn cmd_ir(common: &Common, stage: Stage, stdin: &mut dyn Read) -> Outcome {
+    let result = (|| {
+        if stage != Stage::Primal {
+            return Err(Outcome::usage(format!(
+                "--stage {}: derivative stages are not available in this version; only `primal` is",
+                format!("{stage:?}").to_lowercase()
+            )));
+        }
+        let program = compile(common, stdin)?;
+        let func = match &common.func {
+            Some(n) => Some(program.entry(Some(n)).map_err(Outcome::usage)?),
+            None => None,
+        };
+        Ok(Outcome::ok(program.ir_text(func)))
+    })();
+    result.unwrap_or_else(|o| o)
+}

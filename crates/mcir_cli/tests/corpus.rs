@@ -1,0 +1,117 @@
+//! The `.mcir` corpus under `tests/`: every program's IR is snapshotted, re-parses to
+//! the same text and runs to its expected output; every rejected program's rendered
+//! diagnostics are snapshotted; every runtime error points at the failing line.
+
+mod support;
+
+use serde_json::Value as Json;
+use support::*;
+
+#[test]
+fn programs_print_parse_and_run() {
+    let cases = cases("programs");
+    assert!(cases.len() >= 40, "the corpus should hold at least 40 programs");
+    let mut failures = Vec::new();
+    for path in &cases {
+        let name = path.file_stem().unwrap().to_string_lossy().to_string();
+        let text = std::fs::read_to_string(path).unwrap();
+        let program = match mcir::Program::compile(&rel(path), &text) {
+            Ok(p) => p,
+            Err(e) => {
+                failures.push(format!("{name}: does not compile:\n{}", e.render()));
+                continue;
+            }
+        };
+        // The printed IR, snapshotted, and its round trip through the IR parser.
+        let ir = program.ir_text(None);
+        snapshot_settings("ir").bind(|| insta::assert_snapshot!(name.clone(), ir));
+        match mcir::ir::parse_module(&ir) {
+            Ok(m) => {
+                if let Err(e) = mcir::ir::verify_module(&m) {
+                    failures.push(format!("{name}: re-parsed IR does not verify: {e}"));
+                } else if mcir::ir::print_module(&m) != ir {
+                    failures.push(format!("{name}: print -> parse -> print changes the text"));
+                }
+            }
+            Err(e) => failures.push(format!("{name}: printed IR does not parse: {e}")),
+        }
+        // The run result against the independently computed expectation.
+        let args = header(&text, "args").unwrap_or_else(|| "[]".into());
+        let expect: Json = serde_json::from_str(&header(&text, "expect").expect("expect header")).unwrap();
+        let mut words = vec!["run", path.to_str().unwrap(), "--args", &args];
+        let func = header(&text, "fn");
+        if let Some(f) = &func {
+            words.extend(["--fn", f.as_str()]);
+        }
+        let out = mcc(&words);
+        if out.code != 0 {
+            failures.push(format!("{name}: mcc run failed ({}):\n{}", out.code, out.stderr));
+            continue;
+        }
+        let actual: Json = serde_json::from_str(&out.stdout).unwrap();
+        if let Some(m) = json_mismatch(&actual, &expect, 1e-9, "$") {
+            failures.push(format!("{name}: {m}\n  got {}", out.stdout.trim()));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} programs failed:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn rejected_programs_render_their_errors() {
+    let cases = cases("reject");
+    assert!(cases.len() >= 15);
+    let mut failures = Vec::new();
+    for path in &cases {
+        let name = path.file_stem().unwrap().to_string_lossy().to_string();
+        let out = mcc(&["run", path.to_str().unwrap()]);
+        let rendered = out.stderr.replace(&format!("{}/", root().to_string_lossy()), "");
+        if out.code != 1 || !rendered.lines().any(|l| l.starts_with("error:")) {
+            failures.push(format!(
+                "{name}: expected a compile error (exit 1), got exit {}:\n{rendered}",
+                out.code
+            ));
+            continue;
+        }
+        if !rendered.contains(&format!("{}:", path.file_name().unwrap().to_string_lossy())) {
+            failures.push(format!("{name}: the error has no file:line:col location:\n{rendered}"));
+        }
+        snapshot_settings("reject").bind(|| insta::assert_snapshot!(name.clone(), rendered));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn runtime_errors_point_at_the_failing_line() {
+    let cases = cases("runtime_errors");
+    let mut failures = Vec::new();
+    for path in &cases {
+        let name = path.file_stem().unwrap().to_string_lossy().to_string();
+        let text = std::fs::read_to_string(path).unwrap();
+        let args = header(&text, "args").unwrap_or_else(|| "[]".into());
+        let line: usize = header(&text, "error-line").expect("error-line header").parse().unwrap();
+        let mut words = vec!["run", path.to_str().unwrap(), "--args", &args];
+        let func = header(&text, "fn");
+        if let Some(f) = &func {
+            words.extend(["--fn", f.as_str()]);
+        }
+        let out = mcc(&words);
+        let rendered = out.stderr.replace(&format!("{}/", root().to_string_lossy()), "");
+        let file = path.file_name().unwrap().to_string_lossy().to_string();
+        if out.code != 1 || !rendered.starts_with("error:") {
+            failures.push(format!(
+                "{name}: expected a runtime error (exit 1), got exit {}:\n{rendered}",
+                out.code
+            ));
+        } else if !rendered.contains(&format!("{file}:{line}:")) {
+            failures.push(format!("{name}: expected the error at line {line}:\n{rendered}"));
+        }
+        snapshot_settings("runtime_errors").bind(|| insta::assert_snapshot!(name.clone(), rendered));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

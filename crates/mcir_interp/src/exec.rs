@@ -1,0 +1,583 @@
+//! The execution loop: one frame per active call, kept in a vector.
+
+use crate::json::write_value;
+use crate::value::{Array, ArrayData, ArrayRef, Val};
+use mcir_ir::entity::EntityRef;
+use mcir_ir::*;
+use std::fmt;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+/// Resource limits for one run.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// The deepest chain of calls allowed.
+    pub max_call_depth: usize,
+    /// The largest single allocation, in bytes.
+    pub max_alloc_bytes: u64,
+    /// How long the run may take.
+    pub timeout: Option<Duration>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_call_depth: 100_000, max_alloc_bytes: 4 << 30, timeout: None }
+    }
+}
+
+/// What went wrong at run time.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RuntimeErrorKind {
+    /// An index outside `0..extent` of its dimension.
+    IndexOutOfBounds {
+        /// The index used.
+        index: i64,
+        /// Which dimension (0-based).
+        dim: usize,
+        /// That dimension's extent.
+        extent: usize,
+    },
+    /// Two arrays of different shapes where equal shapes are needed.
+    ShapeMismatch {
+        /// The first operand's shape.
+        left: Vec<usize>,
+        /// The second operand's shape.
+        right: Vec<usize>,
+    },
+    /// Integer division or remainder by zero.
+    DivisionByZero,
+    /// An `i64` result out of range.
+    IntegerOverflow,
+    /// `i64(x)` of NaN, an infinity or a value out of range.
+    InvalidConversion(f64),
+    /// Calls nested deeper than the limit.
+    RecursionTooDeep(usize),
+    /// `zeros(-1)` and the like.
+    NegativeExtent(i64),
+    /// An allocation larger than the limit.
+    AllocationTooLarge {
+        /// Bytes asked for (saturated).
+        bytes: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// The time limit was reached.
+    Timeout(Duration),
+    /// A value of the wrong kind reached an operation: a bug, reported rather than a crash.
+    Internal(String),
+}
+
+/// A runtime error with the source span of the failing operation and the function it was in.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RuntimeError {
+    /// What happened.
+    pub kind: RuntimeErrorKind,
+    /// Where, in the source.
+    pub span: Span,
+    /// The function being executed.
+    pub function: String,
+}
+
+impl fmt::Display for RuntimeErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RuntimeErrorKind::IndexOutOfBounds { index, dim, extent } => {
+                write!(f, "index {index} is out of bounds for dimension {dim} of extent {extent}")
+            }
+            RuntimeErrorKind::ShapeMismatch { left, right } => {
+                write!(f, "shape mismatch: an array of shape {left:?} and one of shape {right:?}")
+            }
+            RuntimeErrorKind::DivisionByZero => f.write_str("integer division by zero"),
+            RuntimeErrorKind::IntegerOverflow => {
+                f.write_str("integer overflow: the result does not fit in i64")
+            }
+            RuntimeErrorKind::InvalidConversion(x) => write!(f, "cannot convert {x} to i64"),
+            RuntimeErrorKind::RecursionTooDeep(n) => {
+                write!(f, "recursion too deep: more than {n} nested calls")
+            }
+            RuntimeErrorKind::NegativeExtent(n) => write!(f, "array extent {n} is negative"),
+            RuntimeErrorKind::AllocationTooLarge { bytes, limit } => {
+                write!(f, "allocation of {bytes} bytes exceeds the limit of {limit} bytes")
+            }
+            RuntimeErrorKind::Timeout(d) => write!(f, "timed out after {:.3} s", d.as_secs_f64()),
+            RuntimeErrorKind::Internal(m) => write!(f, "internal error: {m}"),
+        }
+    }
+}
+
+impl fmt::Display for RuntimeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (in `{}`)", self.kind, self.function)
+    }
+}
+
+impl std::error::Error for RuntimeError {}
+
+type Kind = RuntimeErrorKind;
+
+struct Frame {
+    func: FuncId,
+    regs: Vec<Val>,
+    block: Block,
+    pos: usize,
+    /// Where the caller wants the result.
+    ret_dest: Option<Value>,
+}
+
+/// Runs functions of one module.
+pub struct Interpreter<'m> {
+    module: &'m Module,
+    limits: Limits,
+    /// Where `print` writes; standard error by default.
+    print: Box<dyn FnMut(&str) + 'm>,
+}
+
+impl<'m> Interpreter<'m> {
+    /// An interpreter for `module`, which must pass the verifier.
+    pub fn new(module: &'m Module, limits: Limits) -> Self {
+        Interpreter { module, limits, print: Box::new(|s| eprintln!("{s}")) }
+    }
+
+    /// Sends the output of `print` to `sink` instead of standard error.
+    pub fn with_print(mut self, sink: impl FnMut(&str) + 'm) -> Self {
+        self.print = Box::new(sink);
+        self
+    }
+
+    /// Calls `func` with `args` (which must fit its signature) and returns its result.
+    pub fn call(&mut self, func: FuncId, args: Vec<Val>) -> Result<Option<Val>, RuntimeError> {
+        let deadline = self.limits.timeout.map(|t| (Instant::now() + t, t));
+        let mut frames: Vec<Frame> = vec![self.frame(func, args, None)];
+        let mut steps: u64 = 0;
+        loop {
+            steps += 1;
+            let depth = frames.len();
+            let frame = frames.last_mut().ok_or_else(|| internal_error("no frame"))?;
+            let f = &self.module.funcs[frame.func];
+            let bdata = &f.blocks[frame.block];
+            if steps.is_multiple_of(1024) {
+                if let Some((at, limit)) = deadline {
+                    if Instant::now() >= at {
+                        let span =
+                            bdata.insts.get(frame.pos).map(|&i| f.insts[i].span).unwrap_or(bdata.term_span);
+                        return Err(RuntimeError {
+                            kind: Kind::Timeout(limit),
+                            span,
+                            function: f.name.clone(),
+                        });
+                    }
+                }
+            }
+            if let Some(&inst) = bdata.insts.get(frame.pos) {
+                frame.pos += 1;
+                let d = &f.insts[inst];
+                let fail = |kind: Kind| RuntimeError { kind, span: d.span, function: f.name.clone() };
+                if let Op::Call(callee) = d.op {
+                    if depth >= self.limits.max_call_depth {
+                        return Err(fail(Kind::RecursionTooDeep(self.limits.max_call_depth)));
+                    }
+                    let args: Vec<Val> = d.args.iter().map(|a| frame.regs[a.index()].clone()).collect();
+                    let new = self.frame(callee, args, d.result);
+                    frames.push(new);
+                    continue;
+                }
+                if let (Op::Print, Some(&v)) = (&d.op, d.args.first()) {
+                    let mut s = String::new();
+                    write_value(&mut s, &self.module.types, f.values[v].ty, &frame.regs[v.index()]);
+                    (self.print)(&s);
+                    continue;
+                }
+                let args: Vec<&Val> = d.args.iter().map(|a| &frame.regs[a.index()]).collect();
+                let out = self.exec(&d.op, &args).map_err(fail)?;
+                if let Some(r) = d.result {
+                    frame.regs[r.index()] = out;
+                }
+                continue;
+            }
+            match &bdata.term {
+                Terminator::Jump(call) => enter(frame, f, call),
+                Terminator::Branch { cond, then_dest, else_dest } => {
+                    let c = matches!(frame.regs[cond.index()], Val::Bool(true));
+                    enter(frame, f, if c { then_dest } else { else_dest });
+                }
+                Terminator::Return(v) => {
+                    let result = v.map(|v| std::mem::replace(&mut frame.regs[v.index()], Val::Unit));
+                    let done = frames.pop();
+                    match (frames.last_mut(), done.and_then(|d| d.ret_dest)) {
+                        (None, _) => return Ok(result),
+                        (Some(caller), Some(dest)) => caller.regs[dest.index()] = result.unwrap_or(Val::Unit),
+                        (Some(_), None) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    fn frame(&self, func: FuncId, args: Vec<Val>, ret_dest: Option<Value>) -> Frame {
+        let f = &self.module.funcs[func];
+        let mut regs = vec![Val::Unit; f.values.len()];
+        for (&p, a) in f.param_values().iter().zip(args) {
+            regs[p.index()] = a;
+        }
+        Frame { func, regs, block: f.entry(), pos: 0, ret_dest }
+    }
+
+    fn alloc_check(&self, count: usize) -> Result<(), Kind> {
+        let bytes = (count as u64).saturating_mul(8);
+        if bytes > self.limits.max_alloc_bytes {
+            return Err(Kind::AllocationTooLarge { bytes, limit: self.limits.max_alloc_bytes });
+        }
+        Ok(())
+    }
+
+    fn exec(&mut self, op: &Op, a: &[&Val]) -> Result<Val, Kind> {
+        let types = &self.module.types;
+        Ok(match op {
+            Op::FConst(c) => Val::F64(*c),
+            Op::IConst(c) => Val::I64(*c),
+            Op::BConst(c) => Val::Bool(*c),
+            Op::FBinary(b) => Val::F64(b.eval(f(a, 0)?, f(a, 1)?)),
+            Op::FUnary(u) => Val::F64(u.eval(f(a, 0)?)),
+            Op::FPowI => Val::F64(powi(f(a, 0)?, i(a, 1)?)),
+            Op::IBinary(b) => Val::I64(b.eval(i(a, 0)?, i(a, 1)?).map_err(int_error)?),
+            Op::IUnary(u) => Val::I64(u.eval(i(a, 0)?).map_err(int_error)?),
+            Op::FCmp(c) => Val::Bool(c.eval(f(a, 0)?, f(a, 1)?)),
+            Op::ICmp(c) => Val::Bool(c.eval(i(a, 0)?, i(a, 1)?)),
+            Op::BCmp(c) => Val::Bool(c.eval(b(a, 0)?, b(a, 1)?)),
+            Op::Not => Val::Bool(!b(a, 0)?),
+            Op::IToF => Val::F64(i(a, 0)? as f64),
+            Op::FToI => {
+                let x = f(a, 0)?;
+                Val::I64(f64_to_i64(x).ok_or(Kind::InvalidConversion(x))?)
+            }
+            Op::ArrayFill => {
+                let mut shape = Vec::new();
+                let mut count: usize = 1;
+                for k in 1..a.len() {
+                    let n = i(a, k)?;
+                    let n = usize::try_from(n).map_err(|_| Kind::NegativeExtent(n))?;
+                    count = count.checked_mul(n).unwrap_or(usize::MAX);
+                    shape.push(n);
+                }
+                self.alloc_check(count)?;
+                let data = match a.first() {
+                    Some(Val::F64(x)) => ArrayData::F64(vec![*x; count]),
+                    Some(Val::I64(x)) => ArrayData::I64(vec![*x; count]),
+                    Some(Val::Bool(x)) => ArrayData::Bool(vec![*x; count]),
+                    _ => return Err(internal("array.fill of a non-scalar")),
+                };
+                Val::Array(Array::new(shape, data))
+            }
+            Op::ArrayLit(dims) => {
+                let shape: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
+                let data = match a.first() {
+                    Some(Val::F64(_)) => {
+                        ArrayData::F64((0..a.len()).map(|k| f(a, k)).collect::<Result<_, _>>()?)
+                    }
+                    Some(Val::I64(_)) => {
+                        ArrayData::I64((0..a.len()).map(|k| i(a, k)).collect::<Result<_, _>>()?)
+                    }
+                    Some(Val::Bool(_)) => {
+                        ArrayData::Bool((0..a.len()).map(|k| b(a, k)).collect::<Result<_, _>>()?)
+                    }
+                    _ => return Err(internal("array.lit of a non-scalar")),
+                };
+                Val::Array(Array::new(shape, data))
+            }
+            Op::ArrayDim(d) => {
+                let arr = array(a, 0)?;
+                Val::I64(arr.shape.get(*d as usize).copied().unwrap_or(0) as i64)
+            }
+            Op::Load => {
+                let arr = array(a, 0)?;
+                let at = flat_index(arr, &a[1..])?;
+                match &*arr.data.borrow() {
+                    ArrayData::F64(v) => Val::F64(v[at]),
+                    ArrayData::I64(v) => Val::I64(v[at]),
+                    ArrayData::Bool(v) => Val::Bool(v[at]),
+                }
+            }
+            Op::Store => {
+                let arr = array(a, 0)?;
+                let (idx, value) = a[1..].split_at(a.len() - 2);
+                let at = flat_index(arr, idx)?;
+                match (&mut *arr.data.borrow_mut(), value.first()) {
+                    (ArrayData::F64(v), Some(Val::F64(x))) => v[at] = *x,
+                    (ArrayData::I64(v), Some(Val::I64(x))) => v[at] = *x,
+                    (ArrayData::Bool(v), Some(Val::Bool(x))) => v[at] = *x,
+                    _ => return Err(internal("store of a value of the wrong type")),
+                }
+                Val::Unit
+            }
+            Op::ArrayCopy => {
+                let arr = array(a, 0)?;
+                let data = arr.data.borrow().clone();
+                Val::Array(Array::new(arr.shape.clone(), data))
+            }
+            Op::CopyInto => {
+                let (dst, src) = (array(a, 0)?, array(a, 1)?);
+                same_shape(dst, src)?;
+                if !Rc::ptr_eq(dst, src) {
+                    let data = src.data.borrow().clone();
+                    *dst.data.borrow_mut() = data;
+                }
+                Val::Unit
+            }
+            Op::Sum => {
+                let arr = array(a, 0)?;
+                match &*arr.data.borrow() {
+                    ArrayData::F64(v) => Val::F64(v.iter().fold(0.0, |s, x| s + x)),
+                    ArrayData::I64(v) => {
+                        let mut s: i64 = 0;
+                        for x in v {
+                            s = s.checked_add(*x).ok_or(Kind::IntegerOverflow)?;
+                        }
+                        Val::I64(s)
+                    }
+                    ArrayData::Bool(_) => return Err(internal("sum of booleans")),
+                }
+            }
+            Op::Dot => {
+                let (x, y) = (array(a, 0)?, array(a, 1)?);
+                same_shape(x, y)?;
+                match (&*x.data.borrow(), &*y.data.borrow()) {
+                    (ArrayData::F64(u), ArrayData::F64(v)) => {
+                        Val::F64(u.iter().zip(v).fold(0.0, |s, (p, q)| s + p * q))
+                    }
+                    _ => return Err(internal("dot of non-f64 arrays")),
+                }
+            }
+            Op::MapFBinary(op) => map_binary(a, |x: f64, y: f64| Ok(op.eval(x, y)))?,
+            Op::MapIBinary(op) => map_binary(a, |x: i64, y: i64| op.eval(x, y).map_err(int_error))?,
+            Op::MapFUnary(u) => {
+                let arr = array(a, 0)?;
+                match &*arr.data.borrow() {
+                    ArrayData::F64(v) => Val::Array(Array::new(
+                        arr.shape.clone(),
+                        ArrayData::F64(v.iter().map(|&x| u.eval(x)).collect()),
+                    )),
+                    _ => return Err(internal("map of a non-f64 array")),
+                }
+            }
+            Op::MapFPowI => {
+                let arr = array(a, 0)?;
+                let n = i(a, 1)?;
+                match &*arr.data.borrow() {
+                    ArrayData::F64(v) => Val::Array(Array::new(
+                        arr.shape.clone(),
+                        ArrayData::F64(v.iter().map(|&x| powi(x, n)).collect()),
+                    )),
+                    _ => return Err(internal("map of a non-f64 array")),
+                }
+            }
+            Op::RefNew => Val::new_ref(arg(a, 0)?.clone()),
+            Op::RefLoad => match arg(a, 0)? {
+                Val::Ref(cell) => cell.borrow().clone(),
+                _ => return Err(internal("ref.load of a non-ref")),
+            },
+            Op::RefStore => match arg(a, 0)? {
+                Val::Ref(cell) => {
+                    let v = arg(a, 1)?.clone();
+                    *cell.borrow_mut() = v;
+                    Val::Unit
+                }
+                _ => return Err(internal("ref.store to a non-ref")),
+            },
+            Op::TupleNew => Val::Agg(a.iter().map(|v| (*v).clone()).collect()),
+            Op::TupleGet(k) | Op::StructGet(_, k) => match arg(a, 0)? {
+                Val::Agg(fields) => {
+                    fields.get(*k as usize).cloned().ok_or_else(|| internal("no such field"))?
+                }
+                _ => return Err(internal("field of a non-aggregate")),
+            },
+            Op::StructNew(s) => {
+                let fields: Vec<Val> = a.iter().map(|v| (*v).clone()).collect();
+                if types.struct_def(*s).mutable {
+                    Val::new_mut(fields)
+                } else {
+                    Val::Agg(fields.into())
+                }
+            }
+            Op::MutLoad(_, k) => match arg(a, 0)? {
+                Val::Mut(fields) => {
+                    fields.borrow().get(*k as usize).cloned().ok_or_else(|| internal("no such field"))?
+                }
+                _ => return Err(internal("mut.load of a non-mut struct")),
+            },
+            Op::MutStore(_, k) => match arg(a, 0)? {
+                Val::Mut(fields) => {
+                    let v = arg(a, 1)?.clone();
+                    match fields.borrow_mut().get_mut(*k as usize) {
+                        Some(slot) => *slot = v,
+                        None => return Err(internal("no such field")),
+                    }
+                    Val::Unit
+                }
+                _ => return Err(internal("mut.store to a non-mut struct")),
+            },
+            Op::Call(_) => return Err(internal("calls are handled by the frame loop")),
+            Op::Print => return Err(internal("print is handled by the frame loop")),
+        })
+    }
+}
+
+fn enter(frame: &mut Frame, f: &Function, call: &BlockCall) {
+    // Arguments are read before any parameter is written: a parallel copy.
+    let vals: Vec<Val> = call.args.iter().map(|a| frame.regs[a.index()].clone()).collect();
+    for (&p, v) in f.blocks[call.block].params.iter().zip(vals) {
+        frame.regs[p.index()] = v;
+    }
+    frame.block = call.block;
+    frame.pos = 0;
+}
+
+fn internal(msg: &str) -> Kind {
+    Kind::Internal(msg.to_string())
+}
+
+fn internal_error(msg: &str) -> RuntimeError {
+    RuntimeError { kind: internal(msg), span: Span::default(), function: String::new() }
+}
+
+fn int_error(e: IntError) -> Kind {
+    match e {
+        IntError::Overflow => Kind::IntegerOverflow,
+        IntError::DivisionByZero => Kind::DivisionByZero,
+    }
+}
+
+fn arg<'v>(a: &[&'v Val], k: usize) -> Result<&'v Val, Kind> {
+    a.get(k).copied().ok_or_else(|| internal("missing operand"))
+}
+
+fn f(a: &[&Val], k: usize) -> Result<f64, Kind> {
+    match arg(a, k)? {
+        Val::F64(x) => Ok(*x),
+        _ => Err(internal("expected an f64")),
+    }
+}
+
+fn i(a: &[&Val], k: usize) -> Result<i64, Kind> {
+    match arg(a, k)? {
+        Val::I64(x) => Ok(*x),
+        _ => Err(internal("expected an i64")),
+    }
+}
+
+fn b(a: &[&Val], k: usize) -> Result<bool, Kind> {
+    match arg(a, k)? {
+        Val::Bool(x) => Ok(*x),
+        _ => Err(internal("expected a bool")),
+    }
+}
+
+fn array<'v>(a: &[&'v Val], k: usize) -> Result<&'v ArrayRef, Kind> {
+    match arg(a, k)? {
+        Val::Array(arr) => Ok(arr),
+        _ => Err(internal("expected an array")),
+    }
+}
+
+fn same_shape(x: &Array, y: &Array) -> Result<(), Kind> {
+    if x.shape != y.shape {
+        return Err(Kind::ShapeMismatch { left: x.shape.clone(), right: y.shape.clone() });
+    }
+    Ok(())
+}
+
+fn flat_index(arr: &Array, idx: &[&Val]) -> Result<usize, Kind> {
+    if idx.len() != arr.shape.len() {
+        return Err(internal("wrong number of indices"));
+    }
+    let mut at = 0usize;
+    for (dim, (&extent, v)) in arr.shape.iter().zip(idx).enumerate() {
+        let index = match v {
+            Val::I64(x) => *x,
+            _ => return Err(internal("non-integer index")),
+        };
+        if index < 0 || index as u64 >= extent as u64 {
+            return Err(Kind::IndexOutOfBounds { index, dim, extent });
+        }
+        at = at * extent + index as usize;
+    }
+    Ok(at)
+}
+
+/// Elements of one kind, for elementwise binary ops.
+trait Elem: Copy {
+    fn from_val(v: &Val) -> Option<Self>;
+    fn slice(d: &ArrayData) -> Option<&[Self]>;
+    fn wrap(v: Vec<Self>) -> ArrayData;
+}
+
+impl Elem for f64 {
+    fn from_val(v: &Val) -> Option<Self> {
+        if let Val::F64(x) = v {
+            Some(*x)
+        } else {
+            None
+        }
+    }
+    fn slice(d: &ArrayData) -> Option<&[Self]> {
+        if let ArrayData::F64(v) = d {
+            Some(v)
+        } else {
+            None
+        }
+    }
+    fn wrap(v: Vec<Self>) -> ArrayData {
+        ArrayData::F64(v)
+    }
+}
+
+impl Elem for i64 {
+    fn from_val(v: &Val) -> Option<Self> {
+        if let Val::I64(x) = v {
+            Some(*x)
+        } else {
+            None
+        }
+    }
+    fn slice(d: &ArrayData) -> Option<&[Self]> {
+        if let ArrayData::I64(v) = d {
+            Some(v)
+        } else {
+            None
+        }
+    }
+    fn wrap(v: Vec<Self>) -> ArrayData {
+        ArrayData::I64(v)
+    }
+}
+
+/// array∘array (equal shapes), array∘scalar or scalar∘array.
+fn map_binary<T: Elem>(a: &[&Val], op: impl Fn(T, T) -> Result<T, Kind>) -> Result<Val, Kind> {
+    let bad = || internal("elementwise operands of the wrong kind");
+    let (x, y) = (arg(a, 0)?, arg(a, 1)?);
+    let (shape, out) = match (x, y) {
+        (Val::Array(p), Val::Array(q)) => {
+            same_shape(p, q)?;
+            let (pd, qd) = (p.data.borrow(), q.data.borrow());
+            let (u, v) = (T::slice(&pd).ok_or_else(bad)?, T::slice(&qd).ok_or_else(bad)?);
+            (p.shape.clone(), u.iter().zip(v).map(|(&s, &t)| op(s, t)).collect::<Result<Vec<T>, Kind>>()?)
+        }
+        (Val::Array(p), s) => {
+            let s = T::from_val(s).ok_or_else(bad)?;
+            let pd = p.data.borrow();
+            (
+                p.shape.clone(),
+                T::slice(&pd).ok_or_else(bad)?.iter().map(|&e| op(e, s)).collect::<Result<_, _>>()?,
+            )
+        }
+        (s, Val::Array(q)) => {
+            let s = T::from_val(s).ok_or_else(bad)?;
+            let qd = q.data.borrow();
+            (
+                q.shape.clone(),
+                T::slice(&qd).ok_or_else(bad)?.iter().map(|&e| op(s, e)).collect::<Result<_, _>>()?,
+            )
+        }
+        _ => return Err(bad()),
+    };
+    Ok(Val::Array(Array::new(shape, T::wrap(out))))
+}

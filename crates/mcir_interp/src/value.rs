@@ -1,0 +1,85 @@
+//! Runtime values of the interpreter. Address-identified data (arrays, refs, mut
+//! structs) is shared through `Rc`, so aliasing in the program is aliasing here;
+//! value-identified data (scalars, tuples, structs) is copied.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+/// The elements of an array, by element type.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ArrayData {
+    /// `f64` elements.
+    F64(Vec<f64>),
+    /// `i64` elements.
+    I64(Vec<i64>),
+    /// `bool` elements.
+    Bool(Vec<bool>),
+}
+
+impl ArrayData {
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            ArrayData::F64(v) => v.len(),
+            ArrayData::I64(v) => v.len(),
+            ArrayData::Bool(v) => v.len(),
+        }
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A mutable array: shape (row-major) and elements.
+#[derive(Debug)]
+pub struct Array {
+    /// Extent of each dimension.
+    pub shape: Vec<usize>,
+    /// Elements in row-major order; `shape.iter().product() == data.len()`.
+    pub data: RefCell<ArrayData>,
+}
+
+/// A shared array.
+pub type ArrayRef = Rc<Array>;
+
+impl Array {
+    /// A new shared array. The caller guarantees that the shape fits the data.
+    pub fn new(shape: Vec<usize>, data: ArrayData) -> ArrayRef {
+        Rc::new(Array { shape, data: RefCell::new(data) })
+    }
+}
+
+/// A runtime value.
+#[derive(Clone, Debug)]
+pub enum Val {
+    /// `f64`
+    F64(f64),
+    /// `i64`
+    I64(i64),
+    /// `bool`
+    Bool(bool),
+    /// An array (shared).
+    Array(ArrayRef),
+    /// A ref cell (shared).
+    Ref(Rc<RefCell<Val>>),
+    /// A tuple or an immutable struct: its fields in order.
+    Agg(Rc<[Val]>),
+    /// A `mut struct` (shared): its fields in order.
+    Mut(Rc<RefCell<Vec<Val>>>),
+    /// No value yet (registers before their definition); also `()`.
+    Unit,
+}
+
+impl Val {
+    /// A fresh ref cell.
+    pub fn new_ref(v: Val) -> Val {
+        Val::Ref(Rc::new(RefCell::new(v)))
+    }
+
+    /// A fresh mut struct.
+    pub fn new_mut(fields: Vec<Val>) -> Val {
+        Val::Mut(Rc::new(RefCell::new(fields)))
+    }
+}

@@ -1,0 +1,118 @@
+//! Control-flow analyses: predecessors, reverse post-order and dominators.
+
+use crate::entity::EntityRef;
+use crate::function::{Block, Function};
+
+/// The control-flow graph of a function, with reverse post-order and dominators.
+#[derive(Clone, Debug)]
+pub struct ControlFlow {
+    /// Predecessors of each block (by block index), one entry per edge.
+    pub preds: Vec<Vec<Block>>,
+    /// Blocks reachable from the entry, in reverse post-order.
+    pub rpo: Vec<Block>,
+    /// Position of each block in `rpo`, `usize::MAX` if unreachable.
+    rpo_index: Vec<usize>,
+    /// Immediate dominator of each reachable block (the entry is its own).
+    idom: Vec<Option<Block>>,
+}
+
+impl ControlFlow {
+    /// Computes the analyses. Blocks named by terminators must exist in `func`.
+    pub fn compute(func: &Function) -> ControlFlow {
+        let n = func.blocks.len();
+        let mut preds = vec![Vec::new(); n];
+        for (b, data) in func.blocks.iter() {
+            for s in data.term.successors() {
+                if let Some(p) = preds.get_mut(s.block.index()) {
+                    p.push(b);
+                }
+            }
+        }
+        // Iterative depth-first search for the post-order.
+        let mut post = Vec::with_capacity(n);
+        let mut visited = vec![false; n];
+        if n > 0 {
+            let mut stack: Vec<(Block, usize)> = vec![(func.entry(), 0)];
+            visited[0] = true;
+            while let Some((b, next)) = stack.pop() {
+                let succs: Vec<Block> = func.blocks[b].term.successors().map(|s| s.block).collect();
+                if let Some(&s) = succs.get(next) {
+                    stack.push((b, next + 1));
+                    if s.index() < n && !visited[s.index()] {
+                        visited[s.index()] = true;
+                        stack.push((s, 0));
+                    }
+                } else {
+                    post.push(b);
+                }
+            }
+        }
+        let rpo: Vec<Block> = post.into_iter().rev().collect();
+        let mut rpo_index = vec![usize::MAX; n];
+        for (i, b) in rpo.iter().enumerate() {
+            rpo_index[b.index()] = i;
+        }
+        // Cooper, Harvey and Kennedy, "A Simple, Fast Dominance Algorithm".
+        let mut idom: Vec<Option<Block>> = vec![None; n];
+        if let Some(&entry) = rpo.first() {
+            idom[entry.index()] = Some(entry);
+            let mut changed = true;
+            while changed {
+                changed = false;
+                for &b in rpo.iter().skip(1) {
+                    let mut new_idom: Option<Block> = None;
+                    for &p in &preds[b.index()] {
+                        if idom[p.index()].is_none() {
+                            continue;
+                        }
+                        new_idom = Some(match new_idom {
+                            None => p,
+                            Some(cur) => intersect(&idom, &rpo_index, p, cur),
+                        });
+                    }
+                    if new_idom.is_some() && idom[b.index()] != new_idom {
+                        idom[b.index()] = new_idom;
+                        changed = true;
+                    }
+                }
+            }
+        }
+        ControlFlow { preds, rpo, rpo_index, idom }
+    }
+
+    /// Whether `b` is reachable from the entry.
+    pub fn is_reachable(&self, b: Block) -> bool {
+        self.rpo_index.get(b.index()).is_some_and(|&i| i != usize::MAX)
+    }
+
+    /// The immediate dominator of `b` (the entry's is itself); `None` if unreachable.
+    pub fn idom(&self, b: Block) -> Option<Block> {
+        self.idom.get(b.index()).copied().flatten()
+    }
+
+    /// Whether `a` dominates `b` (every block dominates itself).
+    pub fn dominates(&self, a: Block, b: Block) -> bool {
+        let mut cur = b;
+        loop {
+            if cur == a {
+                return true;
+            }
+            match self.idom(cur) {
+                Some(up) if up != cur => cur = up,
+                _ => return false,
+            }
+        }
+    }
+}
+
+fn intersect(idom: &[Option<Block>], order: &[usize], mut a: Block, mut b: Block) -> Block {
+    while a != b {
+        while order[a.index()] > order[b.index()] {
+            a = idom[a.index()].unwrap_or(a);
+        }
+        while order[b.index()] > order[a.index()] {
+            b = idom[b.index()].unwrap_or(b);
+        }
+    }
+    a
+}

@@ -1,0 +1,93 @@
+//! Rebuilding a function with a new block order, dropping blocks left out and every
+//! instruction and value that only they held, and renumbering all entities densely.
+
+use crate::entity::{EntityRef, SecondaryMap};
+use crate::function::*;
+
+impl Function {
+    /// A copy of the function with exactly the blocks of `order`, in that order (the first
+    /// must be the entry). Values defined in dropped blocks must not be used by kept ones.
+    pub fn rebuild(&self, order: &[Block]) -> Function {
+        let mut out = Function {
+            name: self.name.clone(),
+            params: self.params.clone(),
+            ret: self.ret,
+            blocks: Default::default(),
+            insts: Default::default(),
+            values: Default::default(),
+            span: self.span,
+        };
+        let mut block_map: SecondaryMap<Block, Option<Block>> = SecondaryMap::with_default(None);
+        for &b in order {
+            let nb = out.add_block();
+            block_map.set(b, Some(nb));
+        }
+        // Values first, so that forward uses (loop back edges) can be remapped.
+        let mut value_map: SecondaryMap<Value, Option<Value>> = SecondaryMap::with_default(None);
+        for &b in order {
+            let nb = block_map[b].unwrap_or(Block::new(0));
+            for &p in &self.blocks[b].params {
+                let d = &self.values[p];
+                let nv = out.add_block_param(nb, d.ty, d.name.clone());
+                value_map.set(p, Some(nv));
+            }
+            for &i in &self.blocks[b].insts {
+                if let Some(r) = self.insts[i].result {
+                    let d = &self.values[r];
+                    // The definition is fixed below, once the instruction exists.
+                    let nv = out.values.push(ValueData {
+                        ty: d.ty,
+                        def: ValueDef::Param(nb, u32::MAX),
+                        name: d.name.clone(),
+                    });
+                    value_map.set(r, Some(nv));
+                }
+            }
+        }
+        // A use of a value that was not kept maps to itself; the verifier reports it.
+        let mv = |v: Value| value_map[v].unwrap_or(v);
+        let mb = |b: Block| block_map[b].unwrap_or(b);
+        let mcall =
+            |c: &BlockCall| BlockCall { block: mb(c.block), args: c.args.iter().map(|&v| mv(v)).collect() };
+        for &b in order {
+            let nb = mb(b);
+            let data = &self.blocks[b];
+            for &i in &data.insts {
+                let d = &self.insts[i];
+                let result = d.result.map(mv);
+                let ni = out.insts.push(InstData {
+                    op: d.op.clone(),
+                    args: d.args.iter().map(|&v| mv(v)).collect(),
+                    result,
+                    span: d.span,
+                });
+                if let Some(r) = result {
+                    out.values[r].def = ValueDef::Inst(ni);
+                }
+                out.blocks[nb].insts.push(ni);
+            }
+            let term = match &data.term {
+                Terminator::Jump(t) => Terminator::Jump(mcall(t)),
+                Terminator::Branch { cond, then_dest, else_dest } => Terminator::Branch {
+                    cond: mv(*cond),
+                    then_dest: mcall(then_dest),
+                    else_dest: mcall(else_dest),
+                },
+                Terminator::Return(v) => Terminator::Return(v.map(mv)),
+            };
+            out.set_terminator(nb, term, data.term_span);
+        }
+        out
+    }
+
+    /// The blocks reachable from the entry, in reverse post-order (so a block's
+    /// dominators come before it, and loop bodies before loop exits).
+    pub fn reachable_blocks(&self) -> Vec<Block> {
+        crate::cfg::ControlFlow::compute(self).rpo
+    }
+
+    /// Drops the blocks no path from the entry reaches, with their instructions and values.
+    pub fn remove_unreachable_blocks(&self) -> Function {
+        self.rebuild(&self.reachable_blocks())
+    }
+}

@@ -1,0 +1,211 @@
+//! Functions and modules: arenas of blocks, instructions and values.
+
+use crate::entity::Arena;
+use crate::op::Op;
+use crate::types::{TypeId, TypeTable};
+use std::collections::HashMap;
+
+crate::entity!(
+    /// A function of a [`Module`].
+    FuncId,
+    "fn"
+);
+crate::entity!(
+    /// A basic block of a [`Function`].
+    Block,
+    "bb"
+);
+crate::entity!(
+    /// An instruction of a [`Function`].
+    Inst,
+    "inst"
+);
+crate::entity!(
+    /// An SSA value of a [`Function`]: a block parameter or an instruction result.
+    Value,
+    "%"
+);
+
+/// A byte range of the source program; `0..0` when the IR did not come from source.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Span {
+    /// First byte.
+    pub start: u32,
+    /// One past the last byte.
+    pub end: u32,
+}
+
+impl Span {
+    /// The range `start..end`.
+    pub fn new(start: usize, end: usize) -> Span {
+        let clamp = |x: usize| u32::try_from(x).unwrap_or(u32::MAX);
+        Span { start: clamp(start), end: clamp(end) }
+    }
+}
+
+/// Where a value comes from.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ValueDef {
+    /// The `n`-th parameter of a block.
+    Param(Block, u32),
+    /// The result of an instruction.
+    Inst(Inst),
+}
+
+/// A value's type, definition and optional source name (kept for readable IR).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValueData {
+    /// The value's type.
+    pub ty: TypeId,
+    /// Its definition.
+    pub def: ValueDef,
+    /// The source variable it came from, if any.
+    pub name: Option<String>,
+}
+
+/// An instruction: an op applied to operands, with an optional result.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InstData {
+    /// The operation.
+    pub op: Op,
+    /// Operands.
+    pub args: Vec<Value>,
+    /// The result value, if the op produces one.
+    pub result: Option<Value>,
+    /// The source range the instruction came from (for runtime errors).
+    pub span: Span,
+}
+
+/// A jump target with the arguments for its block parameters.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BlockCall {
+    /// The target block.
+    pub block: Block,
+    /// One argument per parameter of `block`.
+    pub args: Vec<Value>,
+}
+
+/// How a block ends.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Terminator {
+    /// `jump bbN(args)`.
+    Jump(BlockCall),
+    /// `br cond, bbT(args), bbE(args)`.
+    Branch {
+        /// A `bool` value.
+        cond: Value,
+        /// Taken when `cond` is true.
+        then_dest: BlockCall,
+        /// Taken when `cond` is false.
+        else_dest: BlockCall,
+    },
+    /// `ret` or `ret v`.
+    Return(Option<Value>),
+}
+
+impl Terminator {
+    /// The blocks this terminator may jump to.
+    pub fn successors(&self) -> impl Iterator<Item = &BlockCall> {
+        let (a, b) = match self {
+            Terminator::Jump(t) => (Some(t), None),
+            Terminator::Branch { then_dest, else_dest, .. } => (Some(then_dest), Some(else_dest)),
+            Terminator::Return(_) => (None, None),
+        };
+        a.into_iter().chain(b)
+    }
+
+    /// Every value the terminator reads.
+    pub fn uses(&self) -> Vec<Value> {
+        let mut out = Vec::new();
+        match self {
+            Terminator::Jump(t) => out.extend(&t.args),
+            Terminator::Branch { cond, then_dest, else_dest } => {
+                out.push(*cond);
+                out.extend(&then_dest.args);
+                out.extend(&else_dest.args);
+            }
+            Terminator::Return(v) => out.extend(v),
+        }
+        out
+    }
+}
+
+/// A basic block: parameters, straight-line instructions and a terminator.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BlockData {
+    /// Block parameters (for the entry block: the function's parameters).
+    pub params: Vec<Value>,
+    /// Instructions in order.
+    pub insts: Vec<Inst>,
+    /// How the block ends.
+    pub term: Terminator,
+    /// The source range of the terminator.
+    pub term_span: Span,
+}
+
+/// A function in SSA form. Its entry block is the first block; blocks are printed and
+/// executed in arena order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Function {
+    /// The function's name (without `@`).
+    pub name: String,
+    /// Parameter types; they are the entry block's parameter types.
+    pub params: Vec<TypeId>,
+    /// The return type, or `None` for a function that returns nothing.
+    pub ret: Option<TypeId>,
+    /// Blocks; the first is the entry.
+    pub blocks: Arena<Block, BlockData>,
+    /// Instructions.
+    pub insts: Arena<Inst, InstData>,
+    /// Values.
+    pub values: Arena<Value, ValueData>,
+    /// The source range of the whole function.
+    pub span: Span,
+}
+
+impl Function {
+    /// The entry block.
+    pub fn entry(&self) -> Block {
+        crate::entity::EntityRef::new(0)
+    }
+
+    /// The function's parameters as values of the entry block.
+    pub fn param_values(&self) -> &[Value] {
+        self.blocks.get(self.entry()).map(|b| b.params.as_slice()).unwrap_or(&[])
+    }
+
+    /// The type of a value.
+    pub fn value_type(&self, v: Value) -> TypeId {
+        self.values[v].ty
+    }
+}
+
+/// A whole program: its types and functions.
+#[derive(Clone, Debug, Default)]
+pub struct Module {
+    /// Interned types and struct declarations.
+    pub types: TypeTable,
+    /// Functions, in source order.
+    pub funcs: Arena<FuncId, Function>,
+    names: HashMap<String, FuncId>,
+}
+
+impl Module {
+    /// An empty module.
+    pub fn new() -> Module {
+        Module::default()
+    }
+
+    /// Adds a function (or a declaration to be filled later) and returns its id.
+    pub fn add_function(&mut self, func: Function) -> FuncId {
+        let name = func.name.clone();
+        let id = self.funcs.push(func);
+        self.names.insert(name, id);
+        id
+    }
+
+    /// The function called `name`.
+    pub fn func_by_name(&self, name: &str) -> Option<FuncId> {
+        self.names.get(name).copied()
+    }
+}

@@ -1,0 +1,28 @@
+//! The mcir SSA IR: typed values, blocks with parameters instead of phis, one [`Op`]
+//! enum, and the tools every pass relies on — printer, text parser and verifier.
+//!
+//! Entities are `u32` indices into per-function arenas ([`Block`], [`Inst`], [`Value`])
+//! or per-module ones ([`FuncId`], [`TypeId`], [`StructId`]).
+
+#![deny(missing_docs)]
+
+pub mod builder;
+pub mod cfg;
+pub mod compact;
+pub mod entity;
+pub mod function;
+pub mod op;
+pub mod parse;
+pub mod print;
+pub mod types;
+pub mod verify;
+
+pub use function::{
+    Block, BlockCall, BlockData, FuncId, Function, Inst, InstData, Module, Span, Terminator, Value,
+    ValueData, ValueDef,
+};
+pub use op::{f64_to_i64, powi, CmpOp, FBinOp, FUnOp, IBinOp, IUnOp, IntError, Op};
+pub use parse::{parse_module, ParseError};
+pub use print::{print_function, print_module};
+pub use types::{Scalar, StructDef, StructId, Type, TypeId, TypeTable};
+pub use verify::{verify_function, verify_module, VerifyError};

@@ -1,0 +1,40 @@
+//! Type checking of a `.mcir` AST and its lowering to SSA IR, in one walk: each
+//! expression is checked as its IR is built, and every error becomes a
+//! [`Diagnostic`] with a span. Lowering goes on after an error (the erroneous
+//! expression is skipped) so that one run reports many.
+//!
+//! Mutable locals become SSA values: structured control flow lets joins be built
+//! directly. An `if` joins the variables its arms left different as block parameters;
+//! a loop header takes one parameter per outer variable its body assigns.
+
+mod builtins;
+mod expr;
+mod globals;
+mod stmt;
+
+use mcir_ir::Module;
+use mcir_syntax::ast::Program;
+use mcir_syntax::Diagnostic;
+
+pub use globals::BUILTIN_NAMES;
+
+/// Checks `program` and lowers it to a module that passes the IR verifier, or returns
+/// every error found.
+pub fn lower_program(program: &Program) -> Result<Module, Vec<Diagnostic>> {
+    let mut diags = Vec::new();
+    let globals = globals::collect(program, &mut diags);
+    let module = globals.and_then(|g| stmt::lower_functions(program, g, &mut diags));
+    match module {
+        Some(m) if diags.is_empty() => Ok(m),
+        _ => {
+            diags.sort_by_key(|d| d.span.start);
+            Err(diags)
+        }
+    }
+}
+
+/// Marks that an error was reported: the caller skips what depended on it.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Reported;
+
+pub(crate) type Res<T> = Result<T, Reported>;

@@ -1,0 +1,315 @@
+//! The abstract syntax tree. Every node carries the byte span it was parsed from.
+
+/// A byte range of the source.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Span {
+    /// First byte.
+    pub start: usize,
+    /// One past the last byte.
+    pub end: usize,
+}
+
+impl Span {
+    /// `start..end`.
+    pub fn new(start: usize, end: usize) -> Span {
+        Span { start, end }
+    }
+
+    /// The smallest span covering both.
+    pub fn to(self, other: Span) -> Span {
+        Span { start: self.start.min(other.start), end: self.end.max(other.end) }
+    }
+}
+
+/// A name and where it was written.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ident {
+    /// The name.
+    pub name: String,
+    /// Where it was written.
+    pub span: Span,
+}
+
+/// A whole source file.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Program {
+    /// Top-level items in source order.
+    pub items: Vec<Item>,
+}
+
+/// A top-level item.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Item {
+    /// `const NAME: T = e;`
+    Const(ConstDecl),
+    /// `struct S { .. }` or `mut struct S { .. }`
+    Struct(StructDecl),
+    /// `fn f(..) -> R { .. }`
+    Fn(FnDecl),
+}
+
+/// A global constant.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConstDecl {
+    /// Its name.
+    pub name: Ident,
+    /// Its declared type.
+    pub ty: TypeExpr,
+    /// Its value, a constant expression.
+    pub value: Expr,
+    /// The whole declaration.
+    pub span: Span,
+}
+
+/// A struct declaration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StructDecl {
+    /// Its name.
+    pub name: Ident,
+    /// Whether it is a `mut struct`.
+    pub mutable: bool,
+    /// Fields in order.
+    pub fields: Vec<(Ident, TypeExpr)>,
+    /// The whole declaration.
+    pub span: Span,
+}
+
+/// A function.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FnDecl {
+    /// Its name.
+    pub name: Ident,
+    /// Parameters in order.
+    pub params: Vec<(Ident, TypeExpr)>,
+    /// The declared return type; `None` for `()`.
+    pub ret: Option<TypeExpr>,
+    /// The body.
+    pub body: Block,
+    /// The whole function.
+    pub span: Span,
+}
+
+/// A type as written.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TypeExpr {
+    /// `f64`, `i64`, `bool` or a struct name.
+    Named(Ident),
+    /// `f64[]`, `i64[,]`, ...: element type name and rank.
+    Array(Ident, u8, Span),
+    /// `ref<T>`
+    Ref(Box<TypeExpr>, Span),
+    /// `(T, U)`; `()` is the unit type.
+    Tuple(Vec<TypeExpr>, Span),
+    /// `fn(T, U) -> R`
+    Fn(Vec<TypeExpr>, Box<TypeExpr>, Span),
+}
+
+impl TypeExpr {
+    /// Where the type was written.
+    pub fn span(&self) -> Span {
+        match self {
+            TypeExpr::Named(i) => i.span,
+            TypeExpr::Array(_, _, s)
+            | TypeExpr::Ref(_, s)
+            | TypeExpr::Tuple(_, s)
+            | TypeExpr::Fn(_, _, s) => *s,
+        }
+    }
+}
+
+/// `{ stmt* }`
+#[derive(Clone, Debug, PartialEq)]
+pub struct Block {
+    /// Statements in order.
+    pub stmts: Vec<Stmt>,
+    /// From `{` to `}`.
+    pub span: Span,
+}
+
+/// A statement.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stmt {
+    /// What it is.
+    pub kind: StmtKind,
+    /// Where it was written.
+    pub span: Span,
+}
+
+/// The statement forms of LANGUAGE.md §4.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StmtKind {
+    /// `let [mut] x [: T] = e;`
+    Let {
+        /// The bound name.
+        name: Ident,
+        /// Whether the binding may be reassigned.
+        mutable: bool,
+        /// The annotated type, if any.
+        ty: Option<TypeExpr>,
+        /// The initial value.
+        value: Expr,
+    },
+    /// `place = e;` or `place op= e;`
+    Assign {
+        /// The place assigned: a variable, `a[i]`, `p.f`, `*r` (or anything else, rejected later).
+        place: Expr,
+        /// `Some(op)` for compound assignment.
+        op: Option<BinOp>,
+        /// The assigned value.
+        value: Expr,
+    },
+    /// `if c { } else if c2 { } else { }`
+    If {
+        /// Conditions and their blocks, in order.
+        arms: Vec<(Expr, Block)>,
+        /// The final `else` block.
+        else_block: Option<Block>,
+    },
+    /// `while c { }`
+    While {
+        /// The condition.
+        cond: Expr,
+        /// The body.
+        body: Block,
+    },
+    /// `for i in a..b { }`
+    For {
+        /// The loop variable.
+        var: Ident,
+        /// The first value.
+        start: Expr,
+        /// The end (exclusive).
+        end: Expr,
+        /// The body.
+        body: Block,
+    },
+    /// `break;`
+    Break,
+    /// `continue;`
+    Continue,
+    /// `return [e];`
+    Return(Option<Expr>),
+    /// `e;`
+    Expr(Expr),
+    /// A nested `{ .. }` scope.
+    Block(Block),
+    /// A statement that did not parse (already reported).
+    Error,
+}
+
+/// Binary operators.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum BinOp {
+    /// `+`
+    Add,
+    /// `-`
+    Sub,
+    /// `*`
+    Mul,
+    /// `/`
+    Div,
+    /// `%`
+    Rem,
+    /// `**`
+    Pow,
+    /// `==`
+    Eq,
+    /// `!=`
+    Ne,
+    /// `<`
+    Lt,
+    /// `<=`
+    Le,
+    /// `>`
+    Gt,
+    /// `>=`
+    Ge,
+    /// `&&`
+    And,
+    /// `||`
+    Or,
+}
+
+impl BinOp {
+    /// The operator as written.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            BinOp::Add => "+",
+            BinOp::Sub => "-",
+            BinOp::Mul => "*",
+            BinOp::Div => "/",
+            BinOp::Rem => "%",
+            BinOp::Pow => "**",
+            BinOp::Eq => "==",
+            BinOp::Ne => "!=",
+            BinOp::Lt => "<",
+            BinOp::Le => "<=",
+            BinOp::Gt => ">",
+            BinOp::Ge => ">=",
+            BinOp::And => "&&",
+            BinOp::Or => "||",
+        }
+    }
+}
+
+/// Unary operators.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum UnOp {
+    /// `-e`
+    Neg,
+    /// `!e`
+    Not,
+    /// `*e`
+    Deref,
+}
+
+/// An expression.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Expr {
+    /// What it is.
+    pub kind: ExprKind,
+    /// Where it was written.
+    pub span: Span,
+}
+
+/// The expression forms of LANGUAGE.md §5.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ExprKind {
+    /// A float literal.
+    Float(f64),
+    /// An integer literal.
+    Int(i64),
+    /// `true` / `false`.
+    Bool(bool),
+    /// A variable, constant or function name.
+    Name(String),
+    /// `op e`
+    Unary(UnOp, Box<Expr>),
+    /// `a op b`
+    Binary(BinOp, Box<Expr>, Box<Expr>),
+    /// `f(args)`
+    Call(Box<Expr>, Vec<Expr>),
+    /// `a[i, j]`
+    Index(Box<Expr>, Vec<Expr>),
+    /// `p.field`
+    Field(Box<Expr>, Ident),
+    /// `t.0`
+    TupleField(Box<Expr>, u32, Span),
+    /// `(a, b)`; `()` is unit.
+    Tuple(Vec<Expr>),
+    /// `[a, b]`
+    Array(Vec<Expr>),
+    /// `S { f: e, .. }`
+    StructLit(Ident, Vec<(Ident, Expr)>),
+    /// `ref(e)`
+    RefNew(Box<Expr>),
+    /// An expression that did not parse (already reported).
+    Error,
+}
+
+impl Expr {
+    /// Builds an expression.
+    pub fn new(kind: ExprKind, span: Span) -> Expr {
+        Expr { kind, span }
+    }
+}

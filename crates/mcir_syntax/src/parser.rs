@@ -1,0 +1,293 @@
+//! Turning source text into an AST: lexing, the generated LR parser with error
+//! recovery, and the limits that keep later recursive passes within their stack.
+
+use crate::ast::*;
+use crate::diag::Diagnostic;
+use crate::token::{LexError, Token};
+use lalrpop_util::{ErrorRecovery, ParseError};
+use logos::Logos;
+
+lalrpop_util::lalrpop_mod!(
+    #[allow(clippy::all, clippy::pedantic, unused, missing_docs)]
+    grammar,
+    "/mcir.rs"
+);
+
+/// The deepest nesting of `(`, `[` and `{` accepted.
+pub const MAX_BRACKET_DEPTH: usize = 256;
+/// The deepest expression tree accepted (long operator chains nest too).
+pub const MAX_EXPR_DEPTH: usize = 10_000;
+
+/// A syntax problem found by a grammar action.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Issue {
+    /// What is wrong.
+    pub message: String,
+    /// Where.
+    pub span: Span,
+}
+
+impl Issue {
+    /// An issue over `start..end`.
+    pub fn new(message: &str, start: usize, end: usize) -> Issue {
+        Issue { message: message.to_string(), span: Span::new(start, end) }
+    }
+}
+
+pub(crate) fn bin(op: BinOp, a: Expr, b: Expr) -> Expr {
+    let span = a.span.to(b.span);
+    Expr::new(ExprKind::Binary(op, Box::new(a), Box::new(b)), span)
+}
+
+pub(crate) fn un(op: UnOp, start: usize, e: Expr) -> Expr {
+    let span = Span::new(start, e.span.end);
+    Expr::new(ExprKind::Unary(op, Box::new(e)), span)
+}
+
+/// The result of parsing: the program (with error nodes where parts did not parse) and
+/// every diagnostic. The program is meaningful only if there are no diagnostics.
+#[derive(Debug, Default)]
+pub struct Parsed {
+    /// The syntax tree.
+    pub program: Program,
+    /// Lexical and syntax errors, in source order.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+/// Lexes `src`, turning lexical errors into [`Token::Error`] so the parser can go on.
+/// `t.0.1` lexes as a float `0.1`; after a `.` it is split back into `0 . 1`.
+pub fn lex(src: &str) -> (Vec<(usize, Token, usize)>, Vec<Diagnostic>) {
+    let mut toks: Vec<(usize, Token, usize)> = Vec::new();
+    let mut diags = Vec::new();
+    for (res, range) in Token::lexer(src).spanned() {
+        match res {
+            Ok(Token::Float(x)) if matches!(toks.last(), Some((_, Token::Dot, _))) => {
+                let text = &src[range.clone()];
+                match text.split_once('.') {
+                    Some((a, b))
+                        if a.bytes().all(|c| c.is_ascii_digit()) && b.bytes().all(|c| c.is_ascii_digit()) =>
+                    {
+                        let dot = range.start + a.len();
+                        let ai = a.parse().unwrap_or(i64::MAX);
+                        let bi = b.parse().unwrap_or(i64::MAX);
+                        toks.push((range.start, Token::Int(ai), dot));
+                        toks.push((dot, Token::Dot, dot + 1));
+                        toks.push((dot + 1, Token::Int(bi), range.end));
+                    }
+                    _ => toks.push((range.start, Token::Float(x), range.end)),
+                }
+            }
+            Ok(t) => toks.push((range.start, t, range.end)),
+            Err(e) => {
+                let span = Span::new(range.start, range.end);
+                let message = match e {
+                    LexError::UnexpectedChar => {
+                        let ch = src[range.clone()].chars().next().unwrap_or('?');
+                        format!("unexpected character `{}`", ch.escape_debug())
+                    }
+                    other => other.to_string(),
+                };
+                diags.push(Diagnostic::error(message, span));
+                toks.push((range.start, Token::Error, range.end));
+            }
+        }
+    }
+    (toks, diags)
+}
+
+/// Parses a whole program, recovering at statement boundaries so that several errors are
+/// reported in one run.
+pub fn parse(src: &str) -> Parsed {
+    let (toks, mut diagnostics) = lex(src);
+    if let Some(d) = check_bracket_depth(&toks) {
+        diagnostics.push(d);
+        return Parsed { program: Program::default(), diagnostics };
+    }
+    let mut recovered: Vec<ErrorRecovery<usize, Token, Issue>> = Vec::new();
+    let parser = grammar::ProgramParser::new();
+    let result = parser.parse(&mut recovered, toks.into_iter().map(Ok::<_, Issue>));
+    for r in recovered {
+        if let Some(d) = parse_error_diag(r.error, src) {
+            diagnostics.push(d);
+        }
+    }
+    let program = match result {
+        Ok(p) => p,
+        Err(e) => {
+            if let Some(d) = parse_error_diag(e, src) {
+                diagnostics.push(d);
+            }
+            Program::default()
+        }
+    };
+    if diagnostics.is_empty() {
+        if let Some(d) = check_expr_depth(&program) {
+            diagnostics.push(d);
+        }
+    }
+    diagnostics.sort_by_key(|d| d.span.start);
+    diagnostics.dedup_by(|a, b| a.span == b.span && a.message == b.message);
+    Parsed { program, diagnostics }
+}
+
+fn check_bracket_depth(toks: &[(usize, Token, usize)]) -> Option<Diagnostic> {
+    let mut depth = 0usize;
+    for (l, t, r) in toks {
+        match t {
+            Token::LParen | Token::LBracket | Token::LBrace => {
+                depth += 1;
+                if depth > MAX_BRACKET_DEPTH {
+                    return Some(
+                        Diagnostic::error(
+                            format!("brackets nest more than {MAX_BRACKET_DEPTH} deep"),
+                            Span::new(*l, *r),
+                        )
+                        .with_note("split the expression or the block into smaller functions"),
+                    );
+                }
+            }
+            Token::RParen | Token::RBracket | Token::RBrace => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Measures expression depth without recursion, so that no later pass overflows its stack.
+fn check_expr_depth(program: &Program) -> Option<Diagnostic> {
+    let mut stack: Vec<(&Expr, usize)> = Vec::new();
+    let mut blocks: Vec<&Block> = Vec::new();
+    for item in &program.items {
+        match item {
+            Item::Const(c) => stack.push((&c.value, 1)),
+            Item::Fn(f) => blocks.push(&f.body),
+            Item::Struct(_) => {}
+        }
+    }
+    loop {
+        if let Some((e, depth)) = stack.pop() {
+            if depth > MAX_EXPR_DEPTH {
+                return Some(
+                    Diagnostic::error(
+                        format!("expression nests more than {MAX_EXPR_DEPTH} operations deep"),
+                        e.span,
+                    )
+                    .with_note("split it with `let` bindings"),
+                );
+            }
+            let d = depth + 1;
+            match &e.kind {
+                ExprKind::Float(_)
+                | ExprKind::Int(_)
+                | ExprKind::Bool(_)
+                | ExprKind::Name(_)
+                | ExprKind::Error => {}
+                ExprKind::Unary(_, a)
+                | ExprKind::Field(a, _)
+                | ExprKind::TupleField(a, ..)
+                | ExprKind::RefNew(a) => stack.push((a, d)),
+                ExprKind::Binary(_, a, b) => {
+                    stack.push((a, d));
+                    stack.push((b, d));
+                }
+                ExprKind::Call(f, args) | ExprKind::Index(f, args) => {
+                    stack.push((f, d));
+                    stack.extend(args.iter().map(|a| (a, d)));
+                }
+                ExprKind::Tuple(items) | ExprKind::Array(items) => stack.extend(items.iter().map(|a| (a, d))),
+                ExprKind::StructLit(_, fields) => stack.extend(fields.iter().map(|(_, a)| (a, d))),
+            }
+            continue;
+        }
+        let block = blocks.pop()?;
+        for s in &block.stmts {
+            match &s.kind {
+                StmtKind::Let { value, .. } | StmtKind::Expr(value) | StmtKind::Return(Some(value)) => {
+                    stack.push((value, 1))
+                }
+                StmtKind::Assign { place, value, .. } => {
+                    stack.push((place, 1));
+                    stack.push((value, 1));
+                }
+                StmtKind::If { arms, else_block } => {
+                    for (c, b) in arms {
+                        stack.push((c, 1));
+                        blocks.push(b);
+                    }
+                    blocks.extend(else_block);
+                }
+                StmtKind::While { cond, body } => {
+                    stack.push((cond, 1));
+                    blocks.push(body);
+                }
+                StmtKind::For { start, end, body, .. } => {
+                    stack.push((start, 1));
+                    stack.push((end, 1));
+                    blocks.push(body);
+                }
+                StmtKind::Block(b) => blocks.push(b),
+                StmtKind::Break | StmtKind::Continue | StmtKind::Return(None) | StmtKind::Error => {}
+            }
+        }
+    }
+}
+
+fn friendly_expected(expected: &[String]) -> String {
+    let mut names: Vec<String> = expected
+        .iter()
+        .map(|e| {
+            let inner = e.trim_matches('"');
+            match inner {
+                "identifier" | "integer" | "float" => format!("an {inner}").replace("an float", "a float"),
+                _ => format!("`{inner}`"),
+            }
+        })
+        .filter(|e| e != "`invalid token`")
+        .collect();
+    names.sort();
+    names.dedup();
+    match names.len() {
+        0 => String::new(),
+        1 => format!("expected {}", names[0]),
+        n if n <= 6 => format!("expected one of {}", names.join(", ")),
+        _ => String::new(),
+    }
+}
+
+fn parse_error_diag(e: ParseError<usize, Token, Issue>, src: &str) -> Option<Diagnostic> {
+    Some(match e {
+        ParseError::InvalidToken { location } => {
+            Diagnostic::error("invalid token", Span::new(location, location + 1))
+        }
+        ParseError::UnrecognizedEof { location, expected } => {
+            let at = location.min(src.len());
+            let d = Diagnostic::error("unexpected end of file", Span::new(at, at));
+            let exp = friendly_expected(&expected);
+            if exp.is_empty() {
+                d
+            } else {
+                d.with_label(exp)
+            }
+        }
+        // A lexical error was already reported where it happened.
+        ParseError::UnrecognizedToken { token: (_, Token::Error, _), .. } => return None,
+        ParseError::UnrecognizedToken { token: (l, t, r), expected } => {
+            let exp = friendly_expected(&expected);
+            let d = Diagnostic::error(format!("unexpected {t}"), Span::new(l, r));
+            let d = if exp.is_empty() { d } else { d.with_label(exp.clone()) };
+            if t == Token::Dot
+                && matches!(src.get(r..r + 1), Some(s) if s.bytes().all(|b| b.is_ascii_digit()))
+            {
+                d.with_note("a float literal needs a digit before the `.`: write `0.5`, not `.5`")
+            } else if expected.iter().any(|e| e == "\";\"") && l > 0 {
+                d.with_note("is a `;` missing at the end of the previous statement?")
+            } else {
+                d
+            }
+        }
+        ParseError::ExtraToken { token: (l, t, r) } => {
+            Diagnostic::error(format!("unexpected {t}"), Span::new(l, r))
+        }
+        ParseError::User { error } => Diagnostic::error(error.message, error.span),
+    })
+}
