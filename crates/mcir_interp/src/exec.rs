@@ -256,7 +256,7 @@ impl<'m> Interpreter<'m> {
                 for k in 1..a.len() {
                     let n = i(a, k)?;
                     let n = usize::try_from(n).map_err(|_| Kind::NegativeExtent(n))?;
-                    count = count.checked_mul(n).unwrap_or(usize::MAX);
+                    count = count.saturating_mul(n);
                     shape.push(n);
                 }
                 self.alloc_check(count)?;

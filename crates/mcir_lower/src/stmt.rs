@@ -232,16 +232,9 @@ impl<'g> FnLower<'g> {
             return;
         }
         let first = incoming[0].vars.clone();
-        let mut merged: Vec<usize> = Vec::new();
-        for var in 0..live {
-            if incoming.iter().any(|inc| inc.vars[var] != first[var]) {
-                merged.push(var);
-            }
-        }
-        self.vars.truncate(live);
-        for var in 0..live {
-            self.vars[var] = first[var];
-        }
+        let merged: Vec<usize> =
+            (0..live).filter(|&var| incoming.iter().any(|inc| inc.vars[var] != first[var])).collect();
+        self.vars = first[..live].to_vec();
         for &var in &merged {
             let ty = self.f.value_type(first[var]);
             let p = self.f.add_block_param(block, ty, Some(self.var_names[var].clone()));

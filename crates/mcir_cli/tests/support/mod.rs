@@ -91,3 +91,47 @@ pub fn snapshot_settings(dir: &str) -> insta::Settings {
     s.set_omit_expression(true);
     s
 }
+
+/// A small deterministic generator (SplitMix64), so property tests are reproducible.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next 64 random bits.
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    /// True with probability `p`.
+    pub fn chance(&mut self, p: f64) -> bool {
+        ((self.next() >> 11) as f64 / (1u64 << 53) as f64) < p
+    }
+
+    /// A standard normal sample.
+    pub fn normal(&mut self) -> f64 {
+        let u = ((self.next() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+        let v = ((self.next() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+        (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
+    }
+}
+
+/// Checks the CLI contract on an outcome: exit 0, 1 or 2; a failure says `error:`;
+/// nothing panicked.
+pub fn check_outcome(what: &str, out: &mcir_cli::Outcome) -> Result<(), String> {
+    if out.stderr.contains("panicked") || out.stderr.contains("internal compiler error") {
+        return Err(format!("{what}: internal failure:\n{}", out.stderr));
+    }
+    match out.code {
+        0 => Ok(()),
+        1 | 2 if out.stderr.lines().any(|l| l.starts_with("error:")) => Ok(()),
+        c => Err(format!("{what}: exit {c} without an `error:` line:\n{}", out.stderr)),
+    }
+}

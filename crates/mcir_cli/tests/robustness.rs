@@ -1,0 +1,272 @@
+//! Property tests of the promise that no input makes `mcc` panic or crash: random bytes
+//! and random token sequences for the front end, token-level mutations of the corpus,
+//! random (often wrong) argument JSON for `mcc run`, and pathological nesting.
+
+mod support;
+
+use mcir::ir::{Scalar, Type, TypeId};
+use std::io::Write;
+use support::*;
+
+/// Compiles `text` through the CLI, reading it from stdin, and checks the contract.
+fn compile_text(what: &str, text: &[u8]) -> Result<mcir_cli::Outcome, String> {
+    let words: Vec<std::ffi::OsString> = vec!["mcc".into(), "ir".into(), "-".into()];
+    let out = std::panic::catch_unwind(|| mcir_cli::run(words, &mut &text[..]))
+        .map_err(|_| format!("{what}: panicked on {:?}", String::from_utf8_lossy(text)))?;
+    check_outcome(what, &out).map(|_| out)
+}
+
+#[test]
+fn random_bytes_never_panic() {
+    let mut rng = Rng(1);
+    let alphabet = b"fn let mut (){}[];,.:+-*/%<>=!&|0123456789._eE abcxyz\n\"'#$@\x00\xff";
+    for i in 0..1500 {
+        let len = rng.below(120);
+        let bytes: Vec<u8> = (0..len)
+            .map(|_| if rng.chance(0.1) { rng.next() as u8 } else { alphabet[rng.below(alphabet.len())] })
+            .collect();
+        compile_text(&format!("random bytes #{i}"), &bytes).unwrap();
+    }
+}
+
+const TOKENS: &[&str] = &[
+    "fn", "struct", "mut", "let", "const", "if", "else", "while", "for", "in", "break", "continue", "return",
+    "true", "false", "ref", "rule", "x", "y", "f", "main", "f64", "i64", "bool", "f64[]", "f64[,]", "0", "1",
+    "2.5", "1e3", "0.1", "(", ")", "[", "]", "{", "}", ",", ";", ":", ".", "..", "->", "=", "+=", "-=", "*=",
+    "/=", "+", "-", "*", "/", "%", "**", "==", "!=", "<", "<=", ">", ">=", "&&", "||", "!", "|", "zeros",
+    "sum", "len", "sin",
+];
+
+#[test]
+fn random_token_sequences_never_panic() {
+    let mut rng = Rng(2);
+    for i in 0..1500 {
+        let n = rng.below(60);
+        let mut text = String::new();
+        if rng.chance(0.5) {
+            text.push_str("fn main(x: f64) -> f64 { ");
+        }
+        for _ in 0..n {
+            text.push_str(TOKENS[rng.below(TOKENS.len())]);
+            text.push(' ');
+        }
+        compile_text(&format!("token sequence #{i}"), text.as_bytes()).unwrap();
+    }
+}
+
+#[test]
+fn token_mutations_of_the_corpus_never_panic() {
+    let mut rng = Rng(3);
+    let programs: Vec<String> =
+        cases("programs").iter().map(|p| std::fs::read_to_string(p).unwrap()).collect();
+    for i in 0..600 {
+        let text = &programs[rng.below(programs.len())];
+        let mut toks: Vec<&str> = text.split_whitespace().collect();
+        for _ in 0..1 + rng.below(3) {
+            if toks.is_empty() {
+                break;
+            }
+            let k = rng.below(toks.len());
+            match rng.below(4) {
+                0 => {
+                    toks.remove(k);
+                }
+                1 => toks.insert(k, TOKENS[rng.below(TOKENS.len())]),
+                2 => toks[k] = TOKENS[rng.below(TOKENS.len())],
+                _ => {
+                    let j = rng.below(toks.len());
+                    toks.swap(k, j);
+                }
+            }
+        }
+        let mutated = toks.join(" ");
+        let out = compile_text(&format!("mutation #{i}"), mutated.as_bytes()).unwrap();
+        if out.code == 0 {
+            // The mutated program compiled: its printed IR must re-parse and verify.
+            let module = mcir::ir::parse_module(&out.stdout).unwrap_or_else(|e| panic!("mutation #{i}: {e}"));
+            mcir::ir::verify_module(&module).unwrap_or_else(|e| panic!("mutation #{i}: {e}"));
+        }
+    }
+}
+
+/// A random JSON value for type `ty`, usually well-formed, sometimes subtly wrong.
+fn random_json(rng: &mut Rng, module: &mcir::Module, ty: TypeId, depth: usize) -> String {
+    if rng.chance(0.04) {
+        // A value of the wrong kind altogether.
+        return [
+            "null",
+            "true",
+            "\"NaN\"",
+            "[]",
+            "{}",
+            "1",
+            "2.5",
+            "[[1.0], [2.0, 3.0]]",
+            "\"x\"",
+            "9223372036854775807",
+        ][rng.below(10)]
+        .to_string();
+    }
+    let types = &module.types;
+    match types.get(ty).clone() {
+        Type::Scalar(Scalar::F64) => match rng.below(12) {
+            0 => "\"Infinity\"".into(),
+            1 => "\"NaN\"".into(),
+            2 => "3".into(),
+            _ => format!("{:?}", rng.normal()),
+        },
+        Type::Scalar(Scalar::I64) => match rng.below(14) {
+            0 => i64::MAX.to_string(),
+            1 => i64::MIN.to_string(),
+            2 => "-1".into(),
+            _ => (rng.below(6) as i64).to_string(),
+        },
+        Type::Scalar(Scalar::Bool) => if rng.chance(0.5) { "true" } else { "false" }.into(),
+        Type::Array { elem, rank } => {
+            let dims: Vec<usize> = (0..rank).map(|_| rng.below(5)).collect();
+            let elem_ty = mcir::ir::TypeTable::scalar(elem);
+            fn nest(rng: &mut Rng, m: &mcir::Module, t: TypeId, dims: &[usize], d: usize) -> String {
+                let Some((&n, rest)) = dims.split_first() else { return random_json(rng, m, t, d + 1) };
+                // Occasionally a ragged row.
+                let n = if rng.chance(0.03) { n + 1 } else { n };
+                let items: Vec<String> = (0..n).map(|_| nest(rng, m, t, rest, d)).collect();
+                format!("[{}]", items.join(", "))
+            }
+            nest(rng, module, elem_ty, &dims, depth)
+        }
+        Type::Ref(inner) => random_json(rng, module, inner, depth + 1),
+        Type::Tuple(items) => {
+            let parts: Vec<String> = items.iter().map(|&t| random_json(rng, module, t, depth + 1)).collect();
+            format!("[{}]", parts.join(", "))
+        }
+        Type::Struct(_) => {
+            let (_, def) = types.as_struct(ty).unwrap();
+            let mut parts: Vec<String> = Vec::new();
+            for (n, t) in &def.fields {
+                if !rng.chance(0.03) {
+                    parts.push(format!("\"{n}\": {}", random_json(rng, module, *t, depth + 1)));
+                }
+            }
+            format!("{{{}}}", parts.join(", "))
+        }
+    }
+}
+
+#[test]
+fn random_arguments_to_mcc_run_never_panic() {
+    let mut rng = Rng(4);
+    let mut args_file = tempfile_path("random_args.json");
+    for path in cases("programs") {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let program = mcir::Program::compile("p.mcir", &text).unwrap();
+        let func = program.entry(header(&text, "fn").as_deref()).unwrap();
+        let params = program.module().funcs[func].params.clone();
+        for trial in 0..8 {
+            let mut parts: Vec<String> =
+                params.iter().map(|&t| random_json(&mut rng, program.module(), t, 0)).collect();
+            if rng.chance(0.05) {
+                parts.pop();
+            }
+            let args = format!("[{}]", parts.join(", "));
+            std::fs::File::create(&args_file).unwrap().write_all(args.as_bytes()).unwrap();
+            let arg_word = format!("@{}", args_file.display());
+            let mut words = vec!["run", path.to_str().unwrap(), "--args", &arg_word, "--timeout", "0.5"];
+            let f = header(&text, "fn");
+            if let Some(f) = &f {
+                words.extend(["--fn", f.as_str()]);
+            }
+            let out = mcc(&words);
+            check_outcome(&format!("{} trial {trial} with {args}", rel(&path)), &out).unwrap();
+            if out.code == 0 {
+                serde_json::from_str::<serde_json::Value>(&out.stdout).expect("stdout is one JSON document");
+            }
+        }
+    }
+    args_file.set_extension("");
+}
+
+fn tempfile_path(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("mcir-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+#[test]
+fn malformed_argument_json_is_a_usage_error() {
+    let prog = root().join("tests/programs/dot_sum.mcir");
+    let p = prog.to_str().unwrap();
+    for bad in [
+        "",
+        "[",
+        "[1.0,",
+        "{\"a\": 1}",
+        "[NaN]",
+        "nul",
+        "[1e999999]",
+        "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]",
+    ] {
+        let out = mcc(&["run", p, "--args", bad]);
+        assert_eq!(out.code, 2, "args {bad:?}: {}", out.stderr);
+        assert!(out.stderr.starts_with("error:"), "{}", out.stderr);
+    }
+}
+
+#[test]
+fn deep_nesting_is_an_error_not_a_stack_overflow() {
+    let parens = format!("fn main() -> f64 {{ return {}1.0{}; }}", "(".repeat(100_000), ")".repeat(100_000));
+    let out = compile_text("100 000 parentheses", parens.as_bytes()).unwrap();
+    assert_eq!(out.code, 1);
+    assert!(out.stderr.contains("nest"), "{}", out.stderr);
+
+    let negs = format!("fn main(x: f64) -> f64 {{ return {}x; }}", "-".repeat(100_000));
+    let out = compile_text("100 000 minus signs", negs.as_bytes()).unwrap();
+    assert_eq!(out.code, 1, "{}", out.stderr);
+
+    let chain = format!("fn main(x: f64) -> f64 {{ return x{}; }}", " + x".repeat(100_000));
+    let out = compile_text("a sum of 100 000 terms", chain.as_bytes()).unwrap();
+    assert_eq!(out.code, 1, "{}", out.stderr);
+
+    let blocks = format!("fn main() {{ {} {} }}", "{".repeat(50_000), "}".repeat(50_000));
+    let out = compile_text("50 000 nested blocks", blocks.as_bytes()).unwrap();
+    assert_eq!(out.code, 1);
+}
+
+#[test]
+fn long_programs_compile_and_run() {
+    // A chain deep but within the limit compiles.
+    let chain = format!("fn main(x: f64) -> f64 {{ return x{}; }}", " + x".repeat(5_000));
+    let out = compile_text("a sum of 5 000 terms", chain.as_bytes()).unwrap();
+    assert_eq!(out.code, 0, "{}", out.stderr);
+
+    // 20 000 statements in one function, and 2 000 functions.
+    let mut text = String::from("fn main(x: f64) -> f64 {\n    let mut s = x;\n");
+    for i in 0..20_000 {
+        text.push_str(&format!("    s = s + {}.0;\n", i % 7));
+    }
+    text.push_str("    return s + g1(s);\n}\n");
+    for i in 1..2_000 {
+        text.push_str(&format!("fn g{i}(x: f64) -> f64 {{ return g{}(x) * 0.5; }}\n", i + 1));
+    }
+    text.push_str("fn g2000(x: f64) -> f64 { return x; }\n");
+    let dir = tempfile_path("long.mcir");
+    std::fs::write(&dir, &text).unwrap();
+    let out = mcc(&["run", dir.to_str().unwrap(), "--args", "[1.0]"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let expected_s = 1.0 + (0..20_000).map(|i| (i % 7) as f64).sum::<f64>();
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let got = v["value"].as_f64().unwrap();
+    let want = expected_s + expected_s * 0.5f64.powi(1999);
+    assert!((got - want).abs() <= 1e-9 * want, "{got} vs {want}");
+}
+
+#[test]
+fn non_utf8_and_empty_programs() {
+    let out = compile_text("invalid UTF-8", b"fn main() -> f64 { return 1.0; }\n\xff\xfe").unwrap();
+    assert_eq!(out.code, 1);
+    assert!(out.stderr.contains(":2:1"), "{}", out.stderr);
+    let out = compile_text("empty file", b"").unwrap();
+    assert_eq!(out.code, 0, "an empty program compiles to an empty module");
+    let words: Vec<std::ffi::OsString> = vec!["mcc".into(), "run".into(), "-".into()];
+    let out = mcir_cli::run(words, &mut &b""[..]);
+    assert_eq!(out.code, 2, "running a program with no functions is a usage error: {}", out.stderr);
+}
