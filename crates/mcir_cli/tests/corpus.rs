@@ -36,14 +36,8 @@ fn programs_print_parse_and_run() {
             Err(e) => failures.push(format!("{name}: printed IR does not parse: {e}")),
         }
         // The run result against the independently computed expectation.
-        let args = header(&text, "args").unwrap_or_else(|| "[]".into());
         let expect: Json = serde_json::from_str(&header(&text, "expect").expect("expect header")).unwrap();
-        let mut words = vec!["run", path.to_str().unwrap(), "--args", &args];
-        let func = header(&text, "fn");
-        if let Some(f) = &func {
-            words.extend(["--fn", f.as_str()]);
-        }
-        let out = mcc(&words);
+        let out = run_case(path, &text, None, &[]);
         if out.code != 0 {
             failures.push(format!("{name}: mcc run failed ({}):\n{}", out.code, out.stderr));
             continue;
@@ -93,14 +87,8 @@ fn runtime_errors_point_at_the_failing_line() {
     for path in &cases {
         let name = path.file_stem().unwrap().to_string_lossy().to_string();
         let text = std::fs::read_to_string(path).unwrap();
-        let args = header(&text, "args").unwrap_or_else(|| "[]".into());
         let line: usize = header(&text, "error-line").expect("error-line header").parse().unwrap();
-        let mut words = vec!["run", path.to_str().unwrap(), "--args", &args];
-        let func = header(&text, "fn");
-        if let Some(f) = &func {
-            words.extend(["--fn", f.as_str()]);
-        }
-        let out = mcc(&words);
+        let out = run_case(path, &text, None, &[]);
         let rendered = out.stderr.replace(&format!("{}/", root().to_string_lossy()), "");
         let file = path.file_name().unwrap().to_string_lossy().to_string();
         if out.code != 1 || !rendered.starts_with("error:") {

@@ -135,3 +135,16 @@ pub fn check_outcome(what: &str, out: &mcir_cli::Outcome) -> Result<(), String> 
         c => Err(format!("{what}: exit {c} without an `error:` line:\n{}", out.stderr)),
     }
 }
+
+/// Runs `mcc run` on a corpus file with the entry function of its `// fn:` header and
+/// `args` (by default its `// args:` header), then `extra` words.
+pub fn run_case(path: &Path, text: &str, args: Option<&str>, extra: &[&str]) -> mcir_cli::Outcome {
+    let args = args.map(String::from).or_else(|| header(text, "args")).unwrap_or_else(|| "[]".into());
+    let func = header(text, "fn");
+    let mut words = vec!["run", path.to_str().expect("UTF-8 path"), "--args", &args];
+    if let Some(f) = &func {
+        words.extend(["--fn", f.as_str()]);
+    }
+    words.extend(extra);
+    mcc(&words)
+}
