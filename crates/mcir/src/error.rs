@@ -94,3 +94,26 @@ impl fmt::Display for RunError {
 }
 
 impl std::error::Error for RunError {}
+
+/// Why a gradient could not be computed.
+#[derive(Clone, Debug)]
+pub enum GradError {
+    /// The arguments or cotangents do not fit (a usage error).
+    Args(ArgError),
+    /// The program failed while running.
+    Runtime(RuntimeError),
+    /// No rule could be derived.
+    Derive(mcir_ad::AdError),
+}
+
+impl fmt::Display for GradError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GradError::Args(e) => e.fmt(f),
+            GradError::Runtime(e) => e.fmt(f),
+            GradError::Derive(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for GradError {}

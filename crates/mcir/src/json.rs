@@ -104,6 +104,7 @@ pub fn decode(types: &TypeTable, ty: TypeId, j: &Json, path: &str) -> Result<Val
             Ok(Val::Array(Array::new(shape, data)))
         }
         Type::Ref(inner) => Ok(Val::new_ref(decode(types, *inner, j, path)?)),
+        Type::Stack(_) => Err(ArgError { message: format!("{path}: a stack cannot be given as JSON") }),
         Type::Tuple(items) => match j {
             Json::Array(vals) if vals.len() == items.len() => {
                 let fields: Result<Vec<Val>, _> = items

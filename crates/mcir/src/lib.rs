@@ -12,10 +12,12 @@
 
 mod diagnostics;
 mod error;
+pub mod grad;
 pub mod json;
 
 pub use diagnostics::SourceFile;
-pub use error::{ArgError, CompileError, EntryError, RunError};
+pub use error::{ArgError, CompileError, EntryError, GradError, RunError};
+pub use grad::{AdError, AdOptions, Differentiated, Vjp};
 pub use mcir_interp::{Limits, RuntimeError, RuntimeErrorKind, Val};
 /// The IR: printer, parser and verifier, for tools built on the library.
 pub use mcir_ir as ir;
@@ -114,7 +116,9 @@ impl Program {
     /// Renders a runtime error with its source location, as the CLI prints it.
     pub fn render_runtime_error(&self, e: &RuntimeError) -> String {
         let span = mcir_syntax::ast::Span::new(e.span.start as usize, e.span.end as usize);
-        let d = mcir_syntax::Diagnostic::error(format!("{}, in function `{}`", e.kind, e.function), span);
+        // Derived passes (`f$fwd`, `f$rev`) report the function they derive from.
+        let function = e.function.split('$').next().unwrap_or(&e.function);
+        let d = mcir_syntax::Diagnostic::error(format!("{}, in function `{function}`", e.kind), span);
         self.source.render(&d)
     }
 }

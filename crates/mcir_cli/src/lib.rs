@@ -64,6 +64,20 @@ enum Command {
         #[arg(long, value_name = "ARGS")]
         args: Option<String>,
     },
+    /// Gradient (or, with seeds, vector-Jacobian product) of a function at the arguments.
+    Grad {
+        #[command(flatten)]
+        common: Common,
+        /// JSON array of arguments, or @path.json.
+        #[arg(long, value_name = "ARGS")]
+        args: Option<String>,
+        /// JSON cotangent of the returned value (default 1.0 for an f64 result).
+        #[arg(long, value_name = "JSON")]
+        seed: Option<String>,
+        /// JSON array of cotangents for the arguments' state after the call (null = zero).
+        #[arg(long = "seed-args", value_name = "JSON")]
+        seed_args: Option<String>,
+    },
     /// Print the IR of the program (or of one function with --fn).
     Ir {
         #[command(flatten)]
@@ -105,6 +119,9 @@ pub fn run(args: Vec<OsString>, stdin: &mut dyn Read) -> Outcome {
     match cli.command {
         Command::Run { common, args } => cmd_run(&common, args.as_deref(), stdin),
         Command::Ir { common, stage } => cmd_ir(&common, stage, stdin),
+        Command::Grad { common, args, seed, seed_args } => {
+            cmd_grad(&common, args.as_deref(), seed.as_deref(), seed_args.as_deref(), stdin)
+        }
     }
 }
 
@@ -173,20 +190,72 @@ fn cmd_run(common: &Common, args: Option<&str>, stdin: &mut dyn Read) -> Outcome
     result.unwrap_or_else(|o| o)
 }
 
+fn cmd_grad(
+    common: &Common,
+    args: Option<&str>,
+    seed: Option<&str>,
+    seed_args: Option<&str>,
+    stdin: &mut dyn Read,
+) -> Outcome {
+    let result = (|| {
+        let limits = limits(common)?;
+        let program = compile(common, stdin)?;
+        let func = program.entry(common.func.as_deref()).map_err(Outcome::usage)?;
+        let args = read_json_arg("--args", args.unwrap_or("[]"))?;
+        let seed = seed.map(|s| read_json_arg("--seed", s)).transpose()?;
+        let seed_args = seed_args.map(|s| read_json_arg("--seed-args", s)).transpose()?;
+        match program.grad_json(func, &args, seed.as_deref(), seed_args.as_deref(), &limits) {
+            Ok(json) => Ok(Outcome::ok(json + "\n")),
+            Err(mcir::GradError::Args(e)) => Err(Outcome::usage(e)),
+            Err(mcir::GradError::Runtime(e)) => Err(Outcome::program(program.render_runtime_error(&e))),
+            Err(mcir::GradError::Derive(e)) => Err(Outcome::program(format!("error: {e}\n"))),
+        }
+    })();
+    result.unwrap_or_else(|o| o)
+}
+
 fn cmd_ir(common: &Common, stage: Stage, stdin: &mut dyn Read) -> Outcome {
     let result = (|| {
-        if stage != Stage::Primal {
-            return Err(Outcome::usage(format!(
-                "--stage {}: derivative stages are not available in this version; only `primal` is",
-                format!("{stage:?}").to_lowercase()
-            )));
+        if stage == Stage::Tangent {
+            return Err(Outcome::usage(
+                "--stage tangent: forward mode is not available in this version; use primal, fwd, rev or all",
+            ));
         }
         let program = compile(common, stdin)?;
         let func = match &common.func {
             Some(n) => Some(program.entry(Some(n)).map_err(Outcome::usage)?),
             None => None,
         };
-        Ok(Outcome::ok(program.ir_text(func)))
+        if stage == Stage::Primal {
+            return Ok(Outcome::ok(program.ir_text(func)));
+        }
+        let d = program
+            .differentiate(&mcir::AdOptions::default())
+            .map_err(|e| Outcome::program(format!("error: {e}\n")))?;
+        let funcs: Vec<mcir::FuncId> = match func {
+            Some(f) => vec![f],
+            None => program.module().funcs.keys().collect(),
+        };
+        let mut out = String::new();
+        for f in funcs {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            if stage == Stage::All {
+                out.push_str(&program.ir_text(Some(f)));
+                out.push('\n');
+            }
+            if matches!(stage, Stage::Fwd | Stage::All) {
+                out.push_str(&d.pass_text(f, false));
+            }
+            if stage == Stage::All {
+                out.push('\n');
+            }
+            if matches!(stage, Stage::Rev | Stage::All) {
+                out.push_str(&d.pass_text(f, true));
+            }
+        }
+        Ok(Outcome::ok(out))
     })();
     result.unwrap_or_else(|o| o)
 }

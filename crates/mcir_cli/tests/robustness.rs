@@ -134,7 +134,7 @@ fn random_json(rng: &mut Rng, module: &mcir::Module, ty: TypeId, depth: usize) -
             }
             nest(rng, module, elem_ty, &dims, depth)
         }
-        Type::Ref(inner) => random_json(rng, module, inner, depth + 1),
+        Type::Ref(inner) | Type::Stack(inner) => random_json(rng, module, inner, depth + 1),
         Type::Tuple(items) => {
             let parts: Vec<String> = items.iter().map(|&t| random_json(rng, module, t, depth + 1)).collect();
             format!("[{}]", parts.join(", "))

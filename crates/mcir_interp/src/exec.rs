@@ -415,6 +415,57 @@ impl<'m> Interpreter<'m> {
                 }
                 _ => return Err(internal("mut.store to a non-mut struct")),
             },
+            Op::Select => {
+                let pick = if b(a, 0)? { 1 } else { 2 };
+                arg(a, pick)?.clone()
+            }
+            Op::ZerosLike => {
+                let arr = array(a, 0)?;
+                let n = arr.data.borrow().len();
+                Val::Array(Array::new(arr.shape.clone(), ArrayData::F64(vec![0.0; n])))
+            }
+            Op::AddInto => {
+                let dst = array(a, 0)?;
+                match arg(a, 1)? {
+                    Val::F64(x) => update_f64(dst, |d| d.iter_mut().for_each(|e| *e += x))?,
+                    Val::Array(src) => {
+                        same_shape(dst, src)?;
+                        let s = f64_data(src)?;
+                        update_f64(dst, |d| d.iter_mut().zip(&s).for_each(|(e, x)| *e += x))?
+                    }
+                    _ => return Err(internal("array.add_into of a non-f64")),
+                }
+                Val::Unit
+            }
+            Op::Axpy => {
+                let (dst, alpha, x) = (array(a, 0)?, f(a, 1)?, array(a, 2)?);
+                same_shape(dst, x)?;
+                let s = f64_data(x)?;
+                update_f64(dst, |d| d.iter_mut().zip(&s).for_each(|(e, x)| *e += alpha * x))?;
+                Val::Unit
+            }
+            Op::MoveAdd => {
+                let (dst, src) = (array(a, 0)?, array(a, 1)?);
+                same_shape(dst, src)?;
+                if !Rc::ptr_eq(dst, src) {
+                    let s = f64_data(src)?;
+                    update_f64(dst, |d| d.iter_mut().zip(&s).for_each(|(e, x)| *e += x))?;
+                    update_f64(src, |d| d.iter_mut().for_each(|e| *e = 0.0))?;
+                }
+                Val::Unit
+            }
+            Op::StackNew => Val::Stack(Rc::new(std::cell::RefCell::new(Vec::new()))),
+            Op::StackPush => match arg(a, 0)? {
+                Val::Stack(s) => {
+                    s.borrow_mut().push(arg(a, 1)?.clone());
+                    Val::Unit
+                }
+                _ => return Err(internal("stack.push to a non-stack")),
+            },
+            Op::StackPop => match arg(a, 0)? {
+                Val::Stack(s) => s.borrow_mut().pop().ok_or_else(|| internal("pop of an empty stack"))?,
+                _ => return Err(internal("stack.pop of a non-stack")),
+            },
             Op::Call(_) => return Err(internal("calls are handled by the frame loop")),
             Op::Print => return Err(internal("print is handled by the frame loop")),
         })
@@ -475,6 +526,24 @@ fn array<'v>(a: &[&'v Val], k: usize) -> Result<&'v ArrayRef, Kind> {
     match arg(a, k)? {
         Val::Array(arr) => Ok(arr),
         _ => Err(internal("expected an array")),
+    }
+}
+
+/// A copy of an `f64` array's elements (a copy, so that source and destination may alias).
+fn f64_data(arr: &Array) -> Result<Vec<f64>, Kind> {
+    match &*arr.data.borrow() {
+        ArrayData::F64(v) => Ok(v.clone()),
+        _ => Err(internal("expected an f64 array")),
+    }
+}
+
+fn update_f64(arr: &Array, update: impl FnOnce(&mut [f64])) -> Result<(), Kind> {
+    match &mut *arr.data.borrow_mut() {
+        ArrayData::F64(v) => {
+            update(v);
+            Ok(())
+        }
+        _ => Err(internal("expected an f64 array")),
     }
 }
 

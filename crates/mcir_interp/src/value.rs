@@ -68,6 +68,8 @@ pub enum Val {
     Agg(Rc<[Val]>),
     /// A `mut struct` (shared): its fields in order.
     Mut(Rc<RefCell<Vec<Val>>>),
+    /// A stack of the derived passes (shared).
+    Stack(Rc<RefCell<Vec<Val>>>),
     /// No value yet (registers before their definition); also `()`.
     Unit,
 }

@@ -198,6 +198,27 @@ pub enum Op {
     /// `mut.store S.f`: `(record, value)` assigns a field of a `mut struct`.
     MutStore(StructId, u32),
 
+    /// `select`: `(cond, a, b) -> a if cond else b`, for scalars of one type.
+    Select,
+
+    /// `array.zeros_like`: a fresh `f64` array of the operand's shape, filled with zeros.
+    ZerosLike,
+    /// `array.add_into`: `(dst, src)` adds `src` (an array of `dst`'s shape, or an `f64`
+    /// scalar) to every element of the `f64` array `dst`, in place.
+    AddInto,
+    /// `array.axpy`: `(dst, alpha, x)` performs `dst += alpha * x` elementwise, in place.
+    Axpy,
+    /// `array.move_add`: `(dst, src)` adds `src` into `dst` and then zeroes `src`; nothing
+    /// happens when both are the same array. It moves an adjoint from one shadow to another.
+    MoveAdd,
+
+    /// `stack.new`: a fresh, empty stack.
+    StackNew,
+    /// `stack.push`: `(stack, value)` appends a value.
+    StackPush,
+    /// `stack.pop`: removes and yields the last value pushed; popping an empty stack is an error.
+    StackPop,
+
     /// `call @f`: calls a function of the module.
     Call(crate::FuncId),
     /// `print`: writes the operand to the program's diagnostic output.
@@ -478,7 +499,10 @@ impl Op {
             | Op::TupleGet(_)
             | Op::StructNew(_)
             | Op::StructGet(..)
-            | Op::MutLoad(..) => false,
+            | Op::MutLoad(..)
+            | Op::Select
+            | Op::ZerosLike
+            | Op::StackNew => false,
             Op::IBinary(_)
             | Op::IUnary(_)
             | Op::FToI
@@ -492,7 +516,12 @@ impl Op {
             | Op::RefStore
             | Op::MutStore(..)
             | Op::Call(_)
-            | Op::Print => true,
+            | Op::Print
+            | Op::AddInto
+            | Op::Axpy
+            | Op::MoveAdd
+            | Op::StackPush
+            | Op::StackPop => true,
         }
     }
 }

@@ -58,7 +58,8 @@ fn lex(src: &str) -> Result<Vec<(Tok, u32, u32)>, ParseError> {
     let mut toks = Vec::new();
     let bytes = src.as_bytes();
     let (mut i, mut line, mut line_start) = (0usize, 1u32, 0usize);
-    let is_word = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b'.';
+    // `$` appears in the names of derived functions and types (`@f$fwd`, `f$tape`).
+    let is_word = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b'.' || c == b'$';
     while i < bytes.len() {
         let c = bytes[i];
         let col = (i - line_start) as u32 + 1;
@@ -83,7 +84,9 @@ fn lex(src: &str) -> Result<Vec<(Tok, u32, u32)>, ParseError> {
         let tok = match c {
             b'%' | b'@' => {
                 i += 1;
-                while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                while i < bytes.len()
+                    && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_' || bytes[i] == b'$')
+                {
                     i += 1;
                 }
                 let text = src[start + 1..i].to_string();
@@ -319,11 +322,12 @@ impl Parser {
             }
             return Ok(TypeTable::scalar(s));
         }
-        if name == "ref" {
+        if name == "ref" || name == "stack" {
             self.expect("<")?;
             let inner = self.ty()?;
             self.expect(">")?;
-            return Ok(self.module.types.intern(Type::Ref(inner)));
+            let ty = if name == "ref" { Type::Ref(inner) } else { Type::Stack(inner) };
+            return Ok(self.module.types.intern(ty));
         }
         self.pos -= 1;
         let sid = self.struct_id(&name)?;
@@ -678,6 +682,14 @@ impl Parser {
                 Op::MutStore(s, i)
             }
             "print" => Op::Print,
+            "select" => Op::Select,
+            "array.zeros_like" => Op::ZerosLike,
+            "array.add_into" => Op::AddInto,
+            "array.axpy" => Op::Axpy,
+            "array.move_add" => Op::MoveAdd,
+            "stack.new" => Op::StackNew,
+            "stack.push" => Op::StackPush,
+            "stack.pop" => Op::StackPop,
             m => {
                 let (mapped, base) = match m.strip_prefix("map.") {
                     Some(rest) => (true, rest),

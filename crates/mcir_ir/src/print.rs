@@ -193,6 +193,12 @@ impl<'a> Printer<'a> {
     }
 }
 
+/// The mnemonic of an op alone (`sin`, `map.fmul`, `array.sum`, `struct.get`).
+pub fn op_name(types: &TypeTable, op: &Op) -> String {
+    let head = op_head(types, op);
+    head.split_whitespace().next().unwrap_or("").to_string()
+}
+
 /// The mnemonic of an op with its immediates (everything before the operands).
 /// `load`, `store` and `call` have their own syntax and are printed by the caller.
 pub(crate) fn op_head(types: &TypeTable, op: &Op) -> String {
@@ -243,5 +249,13 @@ pub(crate) fn op_head(types: &TypeTable, op: &Op) -> String {
         Op::MutStore(s, i) => format!("mut.store {}", field(*s, *i)),
         Op::Call(_) => "call".to_string(),
         Op::Print => "print".to_string(),
+        Op::Select => "select".to_string(),
+        Op::ZerosLike => "array.zeros_like".to_string(),
+        Op::AddInto => "array.add_into".to_string(),
+        Op::Axpy => "array.axpy".to_string(),
+        Op::MoveAdd => "array.move_add".to_string(),
+        Op::StackNew => "stack.new".to_string(),
+        Op::StackPush => "stack.push".to_string(),
+        Op::StackPop => "stack.pop".to_string(),
     }
 }

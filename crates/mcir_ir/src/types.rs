@@ -55,6 +55,9 @@ pub enum Type {
     Tuple(Vec<TypeId>),
     /// A record: immutable (value-identified) or `mut` (address-identified).
     Struct(StructId),
+    /// A growable last-in first-out buffer of values, address-identified. Programs cannot
+    /// name it: derived forward passes push onto stacks what their reverse passes pop.
+    Stack(TypeId),
 }
 
 /// A struct declaration.
@@ -205,7 +208,7 @@ impl TypeTable {
     /// Whether values of this type are identified by address (arrays, refs, mut structs).
     pub fn is_address(&self, id: TypeId) -> bool {
         match self.try_get(id) {
-            Some(Type::Array { .. }) | Some(Type::Ref(_)) => true,
+            Some(Type::Array { .. }) | Some(Type::Ref(_)) | Some(Type::Stack(_)) => true,
             Some(Type::Struct(s)) => self.structs.get(*s).is_some_and(|d| d.mutable),
             _ => false,
         }
@@ -248,6 +251,7 @@ impl fmt::Display for DisplayType<'_> {
                 f.write_str("]")
             }
             Type::Ref(inner) => write!(f, "ref<{}>", self.table.display(*inner)),
+            Type::Stack(inner) => write!(f, "stack<{}>", self.table.display(*inner)),
             Type::Tuple(items) => {
                 f.write_str("(")?;
                 for (i, t) in items.iter().enumerate() {

@@ -417,6 +417,52 @@ impl Verifier<'_> {
                 }
                 self.result_is(result, None)
             }
+            Op::Select => {
+                let ty = *args.get(1).ok_or("takes a condition and two scalars")?;
+                if t.as_scalar(ty).is_none() {
+                    return Err("selects between scalars".into());
+                }
+                want(&[bool_, ty, ty], Some(ty))
+            }
+            Op::ZerosLike => match array_of(0) {
+                Some((_, rank)) => {
+                    let r = self.types.as_array(result.unwrap_or(TypeTable::UNIT));
+                    if r != Some((Scalar::F64, rank)) {
+                        return Err("yields an f64 array of the operand's rank".into());
+                    }
+                    want(&[args[0]], result)
+                }
+                None => Err("takes an array".into()),
+            },
+            Op::AddInto | Op::MoveAdd => match array_of(0) {
+                Some((Scalar::F64, _)) => {
+                    let src = *args.get(1).ok_or("takes two operands")?;
+                    if src != args[0] && !(matches!(d.op, Op::AddInto) && src == f64_) {
+                        return Err("takes an f64 array and an array of its type (or, to add, an f64)".into());
+                    }
+                    want(&[args[0], src], None)
+                }
+                _ => Err("takes an f64 array first".into()),
+            },
+            Op::Axpy => match array_of(0) {
+                Some((Scalar::F64, _)) => want(&[args[0], f64_, args[0]], None),
+                _ => Err("takes an f64 array, an f64 and an array of the first's type".into()),
+            },
+            Op::StackNew => match result.and_then(|r| t.try_get(r)) {
+                Some(Type::Stack(_)) => want(&[], result),
+                _ => Err("yields a stack".into()),
+            },
+            Op::StackPush | Op::StackPop => {
+                let inner = match args.first().and_then(|&a| t.try_get(a)) {
+                    Some(Type::Stack(inner)) => *inner,
+                    _ => return Err("takes a stack first".into()),
+                };
+                if matches!(d.op, Op::StackPop) {
+                    want(&[args[0]], Some(inner))
+                } else {
+                    want(&[args[0], inner], None)
+                }
+            }
         }
     }
 

@@ -297,7 +297,7 @@ fn check_struct_cycles(program: &Program, types: &TypeTable, diags: &mut Vec<Dia
         seen.push(t);
         match types.get(t) {
             Type::Scalar(_) | Type::Array { .. } => false,
-            Type::Ref(inner) => reaches(types, *inner, target, seen),
+            Type::Ref(inner) | Type::Stack(inner) => reaches(types, *inner, target, seen),
             Type::Tuple(items) => items.iter().any(|&i| reaches(types, i, target, seen)),
             Type::Struct(s) => {
                 *s == target || types.struct_def(*s).fields.iter().any(|f| reaches(types, f.1, target, seen))

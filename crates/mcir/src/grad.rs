@@ -1,0 +1,489 @@
+//! Gradients and vector-Jacobian products: the derived rules of a program run on the
+//! interpreter, with cotangents in and out as runtime values or JSON (CLI.md `grad`).
+
+use crate::error::{ArgError, GradError};
+use crate::json::decode;
+use crate::Program;
+use mcir_ad::tangent::has_tangent;
+use mcir_ad::{Derived, SeedPattern};
+use mcir_interp::json::write_f64;
+use mcir_interp::{Array, ArrayData, Limits, RuntimeError, Val};
+use mcir_ir::{FuncId, Module, Scalar, Type, TypeId, TypeTable};
+use serde_json::Value as Json;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+pub use mcir_ad::{AdError, Options as AdOptions};
+
+/// A program with the derived rule of every function, ready to compute VJPs.
+#[derive(Clone, Debug)]
+pub struct Differentiated {
+    derived: Derived,
+    drivers: HashMap<(FuncId, Vec<bool>), FuncId>,
+}
+
+/// What a VJP computes: the function's value and the cotangent of each argument upon
+/// entry, as a value of the argument's tangent type (`()` where it has none).
+#[derive(Clone, Debug)]
+pub struct Vjp {
+    /// The returned value (`None` for `()`).
+    pub value: Option<Val>,
+    /// One cotangent per argument.
+    pub gradient: Vec<Val>,
+}
+
+impl Program {
+    /// Derives the reverse rule of every function.
+    pub fn differentiate(&self, options: &AdOptions) -> Result<Differentiated, AdError> {
+        let derived = mcir_ad::derive(&self.module, options)?;
+        Ok(Differentiated { derived, drivers: HashMap::new() })
+    }
+
+    /// `mcc grad`: the value and the cotangent of every argument upon entry, as the JSON
+    /// document `{"value": V, "gradient": [G1, ...]}`. `seed` is the JSON cotangent of the
+    /// result (default `1.0` for `f64`, nothing for `()`); `seed_args` a JSON array of
+    /// cotangents for the arguments' state after the call (`null` = zero).
+    pub fn grad_json(
+        &self,
+        func: FuncId,
+        args_json: &str,
+        seed: Option<&str>,
+        seed_args: Option<&str>,
+        limits: &Limits,
+    ) -> Result<String, GradError> {
+        let module = &self.module;
+        let f = &module.funcs[func];
+        let args = crate::json::decode_args(module, func, args_json).map_err(GradError::Args)?;
+        let parse = |flag: &str, text: &str| -> Result<Json, GradError> {
+            serde_json::from_str(text)
+                .map_err(|e| GradError::Args(ArgError { message: format!("{flag} is not valid JSON: {e}") }))
+        };
+        let seed_json = seed.map(|s| parse("--seed", s)).transpose()?;
+        let seed_args_json = seed_args.map(|s| parse("--seed-args", s)).transpose()?;
+        // Cotangents are checked against the shapes the call produces.
+        let needs_shapes = seed_json.is_some() || seed_args_json.is_some();
+        let (value_like, args_after) = if needs_shapes {
+            let copies = deep_copy_all(&args);
+            let v = self.call(func, &copies, limits).map_err(GradError::Runtime)?;
+            (v, copies)
+        } else {
+            (None, Vec::new())
+        };
+        let seed_val = match (f.ret, &seed_json) {
+            (None, None) | (None, Some(Json::Null)) => None,
+            (None, Some(_)) => {
+                return Err(GradError::Args(ArgError {
+                    message: format!("`{}` returns nothing: its seed must be null", f.name),
+                }))
+            }
+            (Some(t), None) if t == TypeTable::F64 => Some(Val::F64(1.0)),
+            (Some(t), None) => {
+                return Err(GradError::Args(ArgError {
+                    message: format!(
+                        "`{}` returns a {}, not an f64: give the cotangent of the result with --seed",
+                        f.name,
+                        module.types.display(t)
+                    ),
+                }))
+            }
+            (Some(t), Some(j)) => {
+                if has_tangent(&module.types, t) {
+                    Some(
+                        decode_tangent(&module.types, t, j, value_like.as_ref(), "--seed")
+                            .map_err(GradError::Args)?,
+                    )
+                } else {
+                    decode_tangent(&module.types, t, j, value_like.as_ref(), "--seed")
+                        .map_err(GradError::Args)?;
+                    None
+                }
+            }
+        };
+        let mut seeds: Vec<Option<Val>> = vec![None; f.params.len()];
+        if let Some(j) = &seed_args_json {
+            let Json::Array(items) = j else {
+                return Err(GradError::Args(ArgError {
+                    message: "--seed-args must be a JSON array with one cotangent per argument".into(),
+                }));
+            };
+            if items.len() != f.params.len() {
+                return Err(GradError::Args(ArgError {
+                    message: format!(
+                        "--seed-args has {} elements, but `{}` takes {} arguments",
+                        items.len(),
+                        f.name,
+                        f.params.len()
+                    ),
+                }));
+            }
+            for (i, (item, &t)) in items.iter().zip(&f.params).enumerate() {
+                if item.is_null() {
+                    continue;
+                }
+                let path = format!("--seed-args[{i}]");
+                let v = decode_tangent(&module.types, t, item, args_after.get(i), &path)
+                    .map_err(GradError::Args)?;
+                if has_tangent(&module.types, t) {
+                    seeds[i] = Some(v);
+                }
+            }
+        }
+        let mut d = self.differentiate(&AdOptions::default()).map_err(GradError::Derive)?;
+        let out = d.vjp(func, &args, seed_val, &seeds, limits).map_err(GradError::Runtime)?;
+        Ok(encode_grad_output(module, func, &out))
+    }
+}
+
+impl Differentiated {
+    /// The module with every derived function.
+    pub fn module(&self) -> &Module {
+        &self.derived.module
+    }
+
+    /// The derived rule of `f`.
+    pub fn rule(&self, f: FuncId) -> &mcir_ad::RuleIds {
+        self.derived.rule(f)
+    }
+
+    /// The text of `f`'s forward pass (with the declaration of its tape) or reverse pass.
+    pub fn pass_text(&self, f: FuncId, reverse: bool) -> String {
+        let rule = self.derived.rule(f);
+        let module = &self.derived.module;
+        if reverse {
+            return mcir_ir::print_function(module, &module.funcs[rule.rev]);
+        }
+        let def = module.types.struct_def(rule.tape_sid);
+        let fields: Vec<String> =
+            def.fields.iter().map(|(n, t)| format!("{n}: {}", module.types.display(*t))).collect();
+        let decl = if fields.is_empty() {
+            format!("struct {} {{}}\n", def.name)
+        } else {
+            format!("struct {} {{ {} }}\n", def.name, fields.join(", "))
+        };
+        decl + &mcir_ir::print_function(module, &module.funcs[rule.fwd])
+    }
+
+    /// The VJP of `func` at `args`: `seed` is the cotangent of the result (`None` = zero),
+    /// `seed_args` cotangents for the arguments' state after the call. Arguments come
+    /// back in their entry state.
+    pub fn vjp(
+        &mut self,
+        func: FuncId,
+        args: &[Val],
+        seed: Option<Val>,
+        seed_args: &[Option<Val>],
+        limits: &Limits,
+    ) -> Result<Vjp, RuntimeError> {
+        let pattern: Vec<bool> = (0..args.len()).map(|i| matches!(seed_args.get(i), Some(Some(_)))).collect();
+        let key = (func, pattern.clone());
+        let driver = match self.drivers.get(&key) {
+            Some(&d) => d,
+            None => {
+                let d = mcir_ad::vjp_driver(&mut self.derived, func, &SeedPattern { args: pattern })
+                    .map_err(|e| internal_error(&e.to_string()))?;
+                self.drivers.insert(key, d);
+                d
+            }
+        };
+        let module = &self.derived.module;
+        let ret = module.funcs[func].ret;
+        let mut call_args: Vec<Val> = args.to_vec();
+        if let Some(r) = ret {
+            if has_tangent(&module.types, r) {
+                call_args.push(match seed {
+                    Some(s) => s,
+                    None => zero_tangent_of_type(&module.types, r),
+                });
+            }
+        }
+        for s in seed_args.iter().flatten() {
+            call_args.push(s.clone());
+        }
+        let mut interp = mcir_interp::Interpreter::new(module, limits.clone());
+        let out = interp.call(driver, call_args)?;
+        let Some(Val::Agg(items)) = out else {
+            return Err(internal_error("the VJP driver returned no tuple"));
+        };
+        let value = if ret.is_some() { items.first().cloned() } else { None };
+        Ok(Vjp { value, gradient: items.iter().skip(1).cloned().collect() })
+    }
+}
+
+fn internal_error(message: &str) -> RuntimeError {
+    RuntimeError {
+        kind: mcir_interp::RuntimeErrorKind::Internal(message.to_string()),
+        span: Default::default(),
+        function: String::new(),
+    }
+}
+
+/// A zero cotangent for a result of type `t` when no value is known (scalars only; the
+/// drivers are called with explicit seeds for results that hold arrays).
+fn zero_tangent_of_type(types: &TypeTable, t: TypeId) -> Val {
+    match types.try_get(t) {
+        Some(Type::Scalar(Scalar::F64)) => Val::F64(0.0),
+        Some(Type::Tuple(items)) => Val::Agg(items.iter().map(|&i| zero_tangent_of_type(types, i)).collect()),
+        Some(Type::Struct(_)) => match types.as_struct(t) {
+            Some((_, d)) if !d.mutable => {
+                Val::Agg(d.fields.iter().map(|f| zero_tangent_of_type(types, f.1)).collect())
+            }
+            _ => Val::Unit,
+        },
+        _ => Val::Unit,
+    }
+}
+
+/// A copy of values that shares nothing with the originals but keeps their aliasing
+/// among themselves.
+pub fn deep_copy_all(vals: &[Val]) -> Vec<Val> {
+    let mut seen: HashMap<usize, Val> = HashMap::new();
+    vals.iter().map(|v| deep_copy(v, &mut seen)).collect()
+}
+
+fn deep_copy(v: &Val, seen: &mut HashMap<usize, Val>) -> Val {
+    match v {
+        Val::Array(a) => {
+            let key = Rc::as_ptr(a) as *const () as usize;
+            if let Some(c) = seen.get(&key) {
+                return c.clone();
+            }
+            let c = Val::Array(Array::new(a.shape.clone(), a.data.borrow().clone()));
+            seen.insert(key, c.clone());
+            c
+        }
+        Val::Ref(cell) => {
+            let key = Rc::as_ptr(cell) as *const () as usize;
+            if let Some(c) = seen.get(&key) {
+                return c.clone();
+            }
+            let new = Rc::new(std::cell::RefCell::new(Val::Unit));
+            seen.insert(key, Val::Ref(new.clone()));
+            let inner = deep_copy(&cell.borrow(), seen);
+            *new.borrow_mut() = inner;
+            Val::Ref(new)
+        }
+        Val::Mut(fields) => {
+            let key = Rc::as_ptr(fields) as *const () as usize;
+            if let Some(c) = seen.get(&key) {
+                return c.clone();
+            }
+            let new = Rc::new(std::cell::RefCell::new(Vec::new()));
+            seen.insert(key, Val::Mut(new.clone()));
+            let inner: Vec<Val> = fields.borrow().iter().map(|f| deep_copy(f, seen)).collect();
+            *new.borrow_mut() = inner;
+            Val::Mut(new)
+        }
+        Val::Agg(items) => Val::Agg(items.iter().map(|i| deep_copy(i, seen)).collect()),
+        other => other.clone(),
+    }
+}
+
+/// Decodes the JSON cotangent of a value of type `t`; `like` (a value of type `t`) gives
+/// the shapes arrays must have and those of the zeros `null` stands for.
+pub fn decode_tangent(
+    types: &TypeTable,
+    t: TypeId,
+    j: &Json,
+    like: Option<&Val>,
+    path: &str,
+) -> Result<Val, ArgError> {
+    if !has_tangent(types, t) {
+        return if j.is_null() {
+            Ok(Val::Unit)
+        } else {
+            Err(ArgError {
+                message: format!(
+                    "{path}: a {} has no derivative, so its cotangent must be null",
+                    types.display(t)
+                ),
+            })
+        };
+    }
+    if j.is_null() {
+        return zero_like(types, t, like, path);
+    }
+    match types.get(t) {
+        Type::Scalar(_) => decode(types, t, j, path),
+        Type::Array { .. } => {
+            let v = decode(types, t, j, path)?;
+            if let (Val::Array(a), Some(Val::Array(l))) = (&v, like) {
+                if a.shape != l.shape {
+                    return Err(ArgError {
+                        message: format!(
+                            "{path} has shape {:?}, but the array it is the cotangent of has shape {:?}",
+                            a.shape, l.shape
+                        ),
+                    });
+                }
+            }
+            Ok(v)
+        }
+        Type::Ref(inner) => {
+            let content = match like {
+                Some(Val::Ref(c)) => Some(c.borrow().clone()),
+                _ => None,
+            };
+            Ok(Val::new_ref(decode_tangent(types, *inner, j, content.as_ref(), path)?))
+        }
+        Type::Tuple(items) => match j {
+            Json::Array(vals) if vals.len() == items.len() => {
+                let likes: Vec<Option<Val>> = match like {
+                    Some(Val::Agg(f)) => f.iter().cloned().map(Some).collect(),
+                    _ => vec![None; items.len()],
+                };
+                let fields: Result<Vec<Val>, ArgError> = items
+                    .iter()
+                    .zip(vals)
+                    .enumerate()
+                    .map(|(i, (&it, v))| {
+                        decode_tangent(types, it, v, likes[i].as_ref(), &format!("{path}[{i}]"))
+                    })
+                    .collect();
+                Ok(Val::Agg(fields?.into()))
+            }
+            _ => Err(ArgError {
+                message: format!(
+                    "{path} must be an array of {} cotangents (one per tuple field)",
+                    items.len()
+                ),
+            }),
+        },
+        Type::Struct(_) => {
+            let Some((_, def)) = types.as_struct(t) else {
+                return Err(ArgError { message: format!("{path}: unknown struct") });
+            };
+            let Json::Object(map) = j else {
+                return Err(ArgError {
+                    message: format!(
+                        "{path} must be an object with the cotangent of each field of `{}`",
+                        def.name
+                    ),
+                });
+            };
+            if let Some(extra) = map.keys().find(|k| def.field_index(k).is_none()) {
+                return Err(ArgError {
+                    message: format!("{path}: struct `{}` has no field `{extra}`", def.name),
+                });
+            }
+            let likes: Vec<Option<Val>> = match like {
+                Some(Val::Agg(f)) => f.iter().cloned().map(Some).collect(),
+                Some(Val::Mut(f)) => f.borrow().iter().cloned().map(Some).collect(),
+                _ => vec![None; def.fields.len()],
+            };
+            let mut fields = Vec::new();
+            for (i, (fname, fty)) in def.fields.iter().enumerate() {
+                let v = map.get(fname).unwrap_or(&Json::Null);
+                fields.push(decode_tangent(types, *fty, v, likes[i].as_ref(), &format!("{path}.{fname}"))?);
+            }
+            Ok(if def.mutable { Val::new_mut(fields) } else { Val::Agg(fields.into()) })
+        }
+        Type::Stack(_) => Err(ArgError { message: format!("{path}: a stack has no cotangent") }),
+    }
+}
+
+/// The zero cotangent of `like`, a value of type `t`.
+pub fn zero_like(types: &TypeTable, t: TypeId, like: Option<&Val>, path: &str) -> Result<Val, ArgError> {
+    if !has_tangent(types, t) {
+        return Ok(Val::Unit);
+    }
+    match (types.get(t), like) {
+        (Type::Scalar(_), _) => Ok(Val::F64(0.0)),
+        (Type::Array { .. }, Some(Val::Array(a))) => {
+            Ok(Val::Array(Array::new(a.shape.clone(), ArrayData::F64(vec![0.0; a.shape.iter().product()]))))
+        }
+        (Type::Ref(inner), Some(Val::Ref(c))) => {
+            let content = c.borrow().clone();
+            Ok(Val::new_ref(zero_like(types, *inner, Some(&content), path)?))
+        }
+        (Type::Tuple(items), Some(Val::Agg(f))) => Ok(Val::Agg(
+            items
+                .iter()
+                .zip(f.iter())
+                .map(|(&it, v)| zero_like(types, it, Some(v), path))
+                .collect::<Result<Vec<_>, _>>()?
+                .into(),
+        )),
+        (Type::Struct(_), Some(v)) => {
+            let fields: Vec<Val> = match v {
+                Val::Agg(f) => f.to_vec(),
+                Val::Mut(f) => f.borrow().clone(),
+                _ => Vec::new(),
+            };
+            let Some((_, def)) = types.as_struct(t) else {
+                return Err(ArgError { message: format!("{path}: unknown struct") });
+            };
+            let zs: Vec<Val> = def
+                .fields
+                .iter()
+                .zip(&fields)
+                .map(|(f, v)| zero_like(types, f.1, Some(v), path))
+                .collect::<Result<_, _>>()?;
+            Ok(if def.mutable { Val::new_mut(zs) } else { Val::Agg(zs.into()) })
+        }
+        _ => Err(ArgError {
+            message: format!("{path}: cannot build a zero cotangent without the value's shape"),
+        }),
+    }
+}
+
+/// Appends the JSON encoding of `v`, a cotangent of a value of type `t` (encoded like
+/// the value itself; `null` where there is no derivative).
+pub fn write_tangent(out: &mut String, types: &TypeTable, t: TypeId, v: &Val) {
+    if !has_tangent(types, t) {
+        out.push_str("null");
+        return;
+    }
+    match (types.get(t), v) {
+        (Type::Scalar(_), Val::F64(x)) => write_f64(out, *x),
+        (Type::Array { .. }, Val::Array(_)) => mcir_interp::json::write_value(out, types, t, v),
+        (Type::Ref(inner), Val::Ref(c)) => write_tangent(out, types, *inner, &c.borrow()),
+        (Type::Tuple(items), Val::Agg(f)) => {
+            out.push('[');
+            for (i, (&it, fv)) in items.iter().zip(f.iter()).enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_tangent(out, types, it, fv);
+            }
+            out.push(']');
+        }
+        (Type::Struct(_), Val::Agg(_) | Val::Mut(_)) => {
+            let fields: Vec<Val> = match v {
+                Val::Agg(f) => f.to_vec(),
+                Val::Mut(f) => f.borrow().clone(),
+                _ => Vec::new(),
+            };
+            out.push('{');
+            if let Some((_, def)) = types.as_struct(t) {
+                for (i, ((name, ft), fv)) in def.fields.iter().zip(&fields).enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    out.push_str(&format!("\"{name}\": "));
+                    write_tangent(out, types, *ft, fv);
+                }
+            }
+            out.push('}');
+        }
+        _ => out.push_str("null"),
+    }
+}
+
+/// `{"value": V, "gradient": [G1, ...]}`.
+pub fn encode_grad_output(module: &Module, func: FuncId, out: &Vjp) -> String {
+    let f = &module.funcs[func];
+    let mut s = String::from("{\"value\": ");
+    match (&out.value, f.ret) {
+        (Some(v), Some(t)) => mcir_interp::json::write_value(&mut s, &module.types, t, v),
+        _ => s.push_str("null"),
+    }
+    s.push_str(", \"gradient\": [");
+    for (i, (g, &t)) in out.gradient.iter().zip(&f.params).enumerate() {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        write_tangent(&mut s, &module.types, t, g);
+    }
+    s.push_str("]}");
+    s
+}

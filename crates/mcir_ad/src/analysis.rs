@@ -1,0 +1,148 @@
+//! The analyses the transform needs on the primal function: which values carry a
+//! derivative (activity), which are live at the end of each block (liveness), and the
+//! incoming edges of each block.
+
+use crate::tangent::rdata_count;
+use mcir_ir::entity::EntityRef;
+use mcir_ir::{Block, FUnOp, Function, Op, TypeTable, Value};
+
+/// An edge of the control-flow graph: the block it leaves and which successor slot of
+/// that block's terminator it is (0 for `jump` and the `then` side of `br`, 1 for `else`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Edge {
+    pub from: Block,
+    pub slot: usize,
+}
+
+/// Incoming edges of every block, in block order then slot order.
+pub(crate) fn in_edges(f: &Function) -> Vec<Vec<Edge>> {
+    let mut out = vec![Vec::new(); f.blocks.len()];
+    for (b, data) in f.blocks.iter() {
+        for (slot, s) in data.term.successors().enumerate() {
+            if let Some(list) = out.get_mut(s.block.index()) {
+                list.push(Edge { from: b, slot });
+            }
+        }
+    }
+    out
+}
+
+/// Whether a zero-derivative op stays inactive (it does, unless its rule is corrupted on
+/// purpose to test the checker).
+fn zero_derivative(op: FUnOp) -> bool {
+    matches!(op, FUnOp::Floor | FUnOp::Ceil | FUnOp::Round | FUnOp::Sign)
+}
+
+/// Activity: a value with rdata is *active* when its derivative may be non-zero — it
+/// depends on a parameter, on memory (loads), or on a call. Constants, conversions from
+/// integers and zero-derivative ops are not, and neither is arithmetic on inactive
+/// values. Reverse passes keep adjoints only for active values.
+pub(crate) fn activity(types: &TypeTable, f: &Function, keep_zero_ops: bool) -> Vec<bool> {
+    let n = f.values.len();
+    let tracked: Vec<bool> = f.values.values().map(|d| rdata_count(types, d.ty) > 0).collect();
+    let mut active = vec![false; n];
+    for &p in f.param_values() {
+        active[p.index()] = tracked[p.index()];
+    }
+    loop {
+        let mut changed = false;
+        for (_, data) in f.blocks.iter() {
+            for &inst in &data.insts {
+                let d = &f.insts[inst];
+                let Some(r) = d.result else { continue };
+                if !tracked[r.index()] || active[r.index()] {
+                    continue;
+                }
+                let any = |args: &[Value]| args.iter().any(|a| active[a.index()]);
+                let a = match &d.op {
+                    Op::FConst(_) | Op::IToF => false,
+                    Op::FUnary(u) if zero_derivative(*u) => keep_zero_ops && any(&d.args),
+                    Op::FBinary(_)
+                    | Op::FUnary(_)
+                    | Op::FPowI
+                    | Op::Select
+                    | Op::TupleNew
+                    | Op::TupleGet(_)
+                    | Op::StructNew(_)
+                    | Op::StructGet(..) => any(&d.args),
+                    _ => true,
+                };
+                if a {
+                    active[r.index()] = true;
+                    changed = true;
+                }
+            }
+            for s in data.term.successors() {
+                for (&arg, &p) in s.args.iter().zip(&f.blocks[s.block].params) {
+                    if active[arg.index()] && !active[p.index()] {
+                        active[p.index()] = true;
+                        changed = true;
+                    }
+                }
+            }
+        }
+        if !changed {
+            return active;
+        }
+    }
+}
+
+/// Values live at the end of each block: used later on some path without being redefined.
+/// Jump arguments count as uses in the block that jumps.
+pub(crate) fn live_out(f: &Function) -> Vec<Vec<Value>> {
+    let nb = f.blocks.len();
+    let nv = f.values.len();
+    let mut uses: Vec<Vec<bool>> = vec![vec![false; nv]; nb];
+    let mut defs: Vec<Vec<bool>> = vec![vec![false; nv]; nb];
+    for (b, data) in f.blocks.iter() {
+        let (u, d) = (&mut uses[b.index()], &mut defs[b.index()]);
+        for &p in &data.params {
+            d[p.index()] = true;
+        }
+        for &inst in &data.insts {
+            for &a in &f.insts[inst].args {
+                if !d[a.index()] {
+                    u[a.index()] = true;
+                }
+            }
+            if let Some(r) = f.insts[inst].result {
+                d[r.index()] = true;
+            }
+        }
+        for a in data.term.uses() {
+            if !d[a.index()] {
+                u[a.index()] = true;
+            }
+        }
+    }
+    let succs: Vec<Vec<Block>> =
+        f.blocks.values().map(|d| d.term.successors().map(|s| s.block).collect()).collect();
+    let mut live_in: Vec<Vec<bool>> = uses.clone();
+    let mut live_out: Vec<Vec<bool>> = vec![vec![false; nv]; nb];
+    loop {
+        let mut changed = false;
+        for b in (0..nb).rev() {
+            for s in &succs[b] {
+                for v in 0..nv {
+                    if live_in[s.index()][v] && !live_out[b][v] {
+                        live_out[b][v] = true;
+                        changed = true;
+                    }
+                }
+            }
+            for v in 0..nv {
+                if live_out[b][v] && !defs[b][v] && !live_in[b][v] {
+                    live_in[b][v] = true;
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    live_out
+        .into_iter()
+        .map(|l| l.iter().enumerate().filter(|(_, &x)| x).map(|(i, _)| Value::new(i)).collect())
+        .collect()
+}

@@ -1,0 +1,296 @@
+//! The VJP driver `f$vjp`: the derived rule wrapped so that one call computes the whole
+//! `X -> X × A` vector-Jacobian product. It builds zero shadows for the arguments, runs
+//! the forward pass, adds the cotangents of the result and of the arguments' state after
+//! the call into the shadows, runs the reverse pass, and returns the value together with
+//! the cotangent of every argument upon entry (one value of tangent type each).
+
+use crate::emit::Emit;
+use crate::forward::{build_tangent, primal_extract, shadow_struct, tangent_extract};
+use crate::tangent::{fdata_leaves, has_tangent, rdata_leaves, tangent_type};
+use crate::{AdError, Derived};
+use mcir_ir::entity::EntityRef;
+use mcir_ir::{FuncId, Function, Op, Terminator, Type, TypeId, TypeTable, Value};
+
+/// Which arguments receive a cotangent for their state after the call (`--seed-args`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SeedPattern {
+    /// One flag per parameter.
+    pub args: Vec<bool>,
+}
+
+/// Adds `f$vjp` for the primal function `f` and returns its id. Its parameters are `f`'s,
+/// then the result's cotangent (if the result has a tangent), then a cotangent for each
+/// seeded argument that has a tangent; it returns `(value, xbar_0, .., xbar_n)` where
+/// `xbar_i` has the tangent type of parameter `i` (`()` when it has none).
+pub fn vjp_driver(derived: &mut Derived, f: FuncId, seeds: &SeedPattern) -> Result<FuncId, AdError> {
+    let primal = derived.module.funcs[f].clone();
+    let rule = derived.rule(f).clone();
+    let types = &mut derived.module.types;
+    let mut params: Vec<(Option<String>, TypeId)> = Vec::new();
+    for (&p, &t) in primal.param_values().iter().zip(&primal.params) {
+        params.push((primal.values[p].name.clone(), t));
+    }
+    let result_seeded = primal.ret.is_some_and(|r| has_tangent(types, r));
+    if let Some(r) = primal.ret.filter(|_| result_seeded) {
+        params.push((Some("result_seed".into()), tangent_type(types, r)));
+    }
+    let seeded: Vec<bool> = primal
+        .params
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| seeds.args.get(i).copied().unwrap_or(false) && has_tangent(types, t))
+        .collect();
+    for (i, (&p, &t)) in primal.param_values().iter().zip(&primal.params).enumerate() {
+        if seeded[i] {
+            let name = primal.values[p].name.as_ref().map(|n| format!("{n}_seed"));
+            params.push((name, tangent_type(types, t)));
+        }
+    }
+    let mut outs = vec![primal.ret.unwrap_or(TypeTable::UNIT)];
+    for &t in &primal.params {
+        outs.push(tangent_type(types, t));
+    }
+    let ret = types.intern(Type::Tuple(outs));
+    let mut base = format!("{}$vjp", primal.name);
+    let mut n = 1;
+    while derived.module.func_by_name(&base).is_some() {
+        n += 1;
+        base = format!("{}$vjp{n}", primal.name);
+    }
+    let types = &mut derived.module.types;
+    let mut e = Emit::new(Function::new(&base, &params, Some(ret)));
+    e.span = primal.span;
+    let pv: Vec<Value> = e.func.param_values().to_vec();
+    let np = primal.params.len();
+    let xs = &pv[..np];
+    let mut next = np;
+    let result_seed = if result_seeded {
+        next += 1;
+        Some(pv[next - 1])
+    } else {
+        None
+    };
+    let mut arg_seeds = vec![None; np];
+    for (i, s) in arg_seeds.iter_mut().enumerate() {
+        if seeded[i] {
+            *s = Some(pv[next]);
+            next += 1;
+        }
+    }
+    // Zero shadows for the arguments.
+    let mut shadows: Vec<Vec<Value>> = Vec::new();
+    let mut fargs: Vec<Value> = xs.to_vec();
+    for (i, &t) in primal.params.iter().enumerate() {
+        let mut list = Vec::new();
+        for leaf in fdata_leaves(types, t) {
+            let part = primal_extract(&mut e, types, xs[i], &leaf.path);
+            let s = zero_shadow(&mut e, types, leaf.ty, part)?;
+            list.push(
+                e.name(s, primal.values[primal.param_values()[i]].name.as_ref().map(|n| format!("d{n}"))),
+            );
+        }
+        fargs.extend(list.iter().copied());
+        shadows.push(list);
+    }
+    // Forward pass.
+    let out = e.val(Op::Call(rule.fwd), fargs, rule.fwd_ret);
+    let mut k = 0;
+    let mut y = None;
+    let mut y_shadows = Vec::new();
+    if let Some(r) = primal.ret {
+        y = Some(e.tuple_get(types, out, 0));
+        k = 1;
+        for _ in fdata_leaves(types, r) {
+            y_shadows.push(e.tuple_get(types, out, k));
+            k += 1;
+        }
+    }
+    let tape = e.tuple_get(types, out, k);
+    e.name(tape, Some("tape".into()));
+    // Cotangents of the arguments' state after the call go into their shadows; their
+    // rdata parts add to the gradient directly (scalars are never mutated).
+    let mut extra_rdata: Vec<Vec<Option<Value>>> = vec![Vec::new(); np];
+    for (i, &t) in primal.params.iter().enumerate() {
+        let Some(seed) = arg_seeds[i] else { continue };
+        for leaf in rdata_leaves(types, t) {
+            let v = tangent_extract(&mut e, types, seed, &leaf.path);
+            extra_rdata[i].push(Some(v));
+        }
+        for (j, leaf) in fdata_leaves(types, t).into_iter().enumerate() {
+            let sd = tangent_extract(&mut e, types, seed, &leaf.path);
+            add_into_shadow(&mut e, types, leaf.ty, shadows[i][j], sd)?;
+        }
+    }
+    let mut dys = Vec::new();
+    if let (Some(r), Some(seed)) = (primal.ret, result_seed) {
+        for leaf in rdata_leaves(types, r) {
+            dys.push(tangent_extract(&mut e, types, seed, &leaf.path));
+        }
+        for (j, leaf) in fdata_leaves(types, r).into_iter().enumerate() {
+            let sd = tangent_extract(&mut e, types, seed, &leaf.path);
+            add_into_shadow(&mut e, types, leaf.ty, y_shadows[j], sd)?;
+        }
+    } else if let Some(r) = primal.ret {
+        for _ in rdata_leaves(types, r) {
+            dys.push(e.fconst(0.0));
+        }
+    }
+    // Reverse pass.
+    let mut rev_args = vec![tape];
+    rev_args.extend(dys);
+    let rd = e.func.push_inst(e.block, Op::Call(rule.rev), rev_args, rule.rev_ret, primal.span);
+    let mut items = vec![match y {
+        Some(y) => y,
+        None => e.unit(),
+    }];
+    let mut k = 0u32;
+    for (i, &t) in primal.params.iter().enumerate() {
+        let mut rdata = Vec::new();
+        for (j, _) in rdata_leaves(types, t).into_iter().enumerate() {
+            let mut v = match rd {
+                Some(rd) => e.tuple_get(types, rd, k),
+                None => e.fconst(0.0),
+            };
+            k += 1;
+            if let Some(Some(extra)) = extra_rdata[i].get(j) {
+                v = e.add(v, *extra);
+            }
+            rdata.push(v);
+        }
+        let g = build_tangent(&mut e, types, t, &mut rdata.into_iter(), &mut shadows[i].clone().into_iter());
+        let name = primal.values[primal.param_values()[i]].name.as_ref().map(|n| format!("{n}_grad"));
+        items.push(e.name(g, name));
+    }
+    let result = e.val(Op::TupleNew, items, ret);
+    let block = e.block;
+    e.func.set_terminator(block, Terminator::Return(Some(result)), primal.span);
+    let id = derived.module.add_function(e.func);
+    if let Err(err) = mcir_ir::verify_function(&derived.module, &derived.module.funcs[id]) {
+        return Err(AdError::internal(
+            &primal.name,
+            format!("the VJP driver does not verify: {}", err.message),
+        ));
+    }
+    let _ = id.index();
+    Ok(id)
+}
+
+/// A fresh zero shadow for the address-identified value `v` of type `t`, mirroring the
+/// structure of what it holds.
+fn zero_shadow(e: &mut Emit, types: &mut TypeTable, t: TypeId, v: Value) -> Result<Value, AdError> {
+    let sty = tangent_type(types, t);
+    match types.get(t).clone() {
+        Type::Array { .. } => Ok(e.val(Op::ZerosLike, vec![v], sty)),
+        Type::Ref(inner) => {
+            let content = e.val(Op::RefLoad, vec![v], inner);
+            let tan = zero_tangent(e, types, inner, content)?;
+            Ok(e.val(Op::RefNew, vec![tan], sty))
+        }
+        Type::Struct(s) => {
+            let ss = shadow_struct(types, s)?;
+            let fields = types.struct_def(s).fields.clone();
+            let mut tans = Vec::new();
+            for (i, (_, ft)) in fields.into_iter().enumerate() {
+                let c = e.val(Op::MutLoad(s, i as u32), vec![v], ft);
+                tans.push(zero_tangent(e, types, ft, c)?);
+            }
+            Ok(e.val(Op::StructNew(ss), tans, sty))
+        }
+        _ => Err(AdError::internal("", format!("no shadow for a {}", types.display(t)))),
+    }
+}
+
+/// The zero tangent of the value `v` of type `t`.
+fn zero_tangent(e: &mut Emit, types: &mut TypeTable, t: TypeId, v: Value) -> Result<Value, AdError> {
+    if !has_tangent(types, t) {
+        return Ok(e.unit());
+    }
+    if types.is_address(t) {
+        return zero_shadow(e, types, t, v);
+    }
+    let n = match types.get(t).clone() {
+        Type::Scalar(_) => return Ok(e.fconst(0.0)),
+        Type::Tuple(items) => items.len(),
+        Type::Struct(_) => types.as_struct(t).map(|(_, d)| d.fields.len()).unwrap_or(0),
+        _ => 0,
+    };
+    let mut items = Vec::new();
+    for i in 0..n {
+        let part = primal_extract(e, types, v, &[i as u32]);
+        let pt = e.ty(part);
+        items.push(zero_tangent(e, types, pt, part)?);
+    }
+    Ok(e.tuple(types, items))
+}
+
+/// Adds the tangent `sd` into the shadow `s` of an address of type `t`, in place.
+fn add_into_shadow(
+    e: &mut Emit,
+    types: &mut TypeTable,
+    t: TypeId,
+    s: Value,
+    sd: Value,
+) -> Result<(), AdError> {
+    match types.get(t).clone() {
+        Type::Array { .. } => {
+            e.eff(Op::AddInto, vec![s, sd]);
+            Ok(())
+        }
+        Type::Ref(inner) => {
+            let tt = tangent_type(types, inner);
+            let cur = e.val(Op::RefLoad, vec![s], tt);
+            let add = e.val(Op::RefLoad, vec![sd], tt);
+            let new = add_tangent(e, types, inner, cur, add)?;
+            e.eff(Op::RefStore, vec![s, new]);
+            Ok(())
+        }
+        Type::Struct(sid) => {
+            let ss = shadow_struct(types, sid)?;
+            let fields = types.struct_def(sid).fields.clone();
+            for (i, (_, ft)) in fields.into_iter().enumerate() {
+                if !has_tangent(types, ft) {
+                    continue;
+                }
+                let tt = tangent_type(types, ft);
+                let cur = e.val(Op::MutLoad(ss, i as u32), vec![s], tt);
+                let add = e.val(Op::MutLoad(ss, i as u32), vec![sd], tt);
+                let new = add_tangent(e, types, ft, cur, add)?;
+                e.eff(Op::MutStore(ss, i as u32), vec![s, new]);
+            }
+            Ok(())
+        }
+        _ => Err(AdError::internal("", format!("no shadow for a {}", types.display(t)))),
+    }
+}
+
+/// `cur + add` for tangents of type `t`: scalars add, shadows are incremented in place.
+fn add_tangent(
+    e: &mut Emit,
+    types: &mut TypeTable,
+    t: TypeId,
+    cur: Value,
+    add: Value,
+) -> Result<Value, AdError> {
+    if !has_tangent(types, t) {
+        return Ok(cur);
+    }
+    if types.is_address(t) {
+        add_into_shadow(e, types, t, cur, add)?;
+        return Ok(cur);
+    }
+    let fields: Vec<TypeId> = match types.get(t).clone() {
+        Type::Scalar(_) => return Ok(e.add(cur, add)),
+        Type::Tuple(items) => items,
+        Type::Struct(_) => {
+            types.as_struct(t).map(|(_, d)| d.fields.iter().map(|f| f.1).collect()).unwrap_or_default()
+        }
+        _ => Vec::new(),
+    };
+    let mut items = Vec::new();
+    for (i, ft) in fields.into_iter().enumerate() {
+        let c = e.tuple_get(types, cur, i as u32);
+        let a = e.tuple_get(types, add, i as u32);
+        items.push(add_tangent(e, types, ft, c, a)?);
+    }
+    Ok(e.tuple(types, items))
+}

@@ -1,0 +1,460 @@
+//! The forward pass of a derived rule: the primal, plus a zeroed shadow for every fresh
+//! allocation, shadows threaded beside every address-identified value, and a copy of
+//! whatever a store is about to overwrite, so that the reverse pass can put it back.
+
+use crate::analysis::Edge;
+use crate::emit::Emit;
+use crate::tangent::{fdata_leaves, field_leaf_ranges, has_tangent, leaves, tangent_type, LeafKind};
+use crate::{AdError, RuleIds};
+use mcir_ir::entity::EntityRef;
+use mcir_ir::{
+    Block, BlockCall, FuncId, Function, Inst, Module, Op, Terminator, Type, TypeId, TypeTable, Value,
+};
+use std::collections::HashMap;
+
+/// The forward pass under construction, and what the reverse pass needs to know about it.
+pub(crate) struct Forward {
+    pub e: Emit,
+    /// The forward block of each primal block.
+    pub block_map: Vec<Block>,
+    /// The forward copy of each primal value.
+    pub vmap: Vec<Option<Value>>,
+    /// The shadows of each primal value's fdata leaves.
+    pub shadows: Vec<Vec<Value>>,
+    /// Values the forward pass keeps for the reverse rule of an instruction: what a store
+    /// overwrote, a callee's tape.
+    pub saved: HashMap<Inst, Vec<Value>>,
+    /// Edge blocks that record which incoming edge of a join was taken: (block, index).
+    pub edge_marks: Vec<(Block, usize)>,
+    /// Primal return blocks, in block order.
+    pub returns: Vec<Block>,
+    /// Layout: each forward block followed by its edge blocks.
+    pub order: Vec<Block>,
+}
+
+/// Names a shadow after its primal value: `dx` for `x`.
+pub(crate) fn shadow_name(name: &Option<String>) -> Option<String> {
+    name.as_ref().map(|n| format!("d{n}"))
+}
+
+/// The types of the shadows of a value of type `t`, one per fdata leaf.
+pub(crate) fn shadow_types(types: &mut TypeTable, t: TypeId) -> Vec<TypeId> {
+    fdata_leaves(types, t).into_iter().map(|l| tangent_type(types, l.ty)).collect()
+}
+
+/// The signature of `f`'s forward pass: the primal parameters, then one shadow per fdata
+/// leaf of each; it returns `(result, result shadows.., tape)`.
+pub(crate) fn forward_signature(
+    types: &mut TypeTable,
+    primal: &Function,
+    tape_ty: TypeId,
+) -> (Vec<(Option<String>, TypeId)>, TypeId) {
+    let mut params: Vec<(Option<String>, TypeId)> = Vec::new();
+    let names: Vec<Option<String>> =
+        primal.param_values().iter().map(|&p| primal.values[p].name.clone()).collect();
+    for (name, &t) in names.iter().zip(&primal.params) {
+        params.push((name.clone(), t));
+    }
+    for (name, &t) in names.iter().zip(&primal.params) {
+        for st in shadow_types(types, t) {
+            params.push((shadow_name(name), st));
+        }
+    }
+    let mut ret = Vec::new();
+    if let Some(r) = primal.ret {
+        ret.push(r);
+        ret.extend(shadow_types(types, r));
+    }
+    ret.push(tape_ty);
+    (params, types.intern(Type::Tuple(ret)))
+}
+
+impl Forward {
+    pub fn fwd(&self, v: Value) -> Result<Value, AdError> {
+        self.vmap
+            .get(v.index())
+            .copied()
+            .flatten()
+            .ok_or_else(|| AdError::internal(&self.e.func.name, format!("no forward value for {v}")))
+    }
+
+    fn shadows_of(&self, v: Value) -> Vec<Value> {
+        self.shadows.get(v.index()).cloned().unwrap_or_default()
+    }
+
+    /// Arguments of a jump: the primal arguments, then their shadows.
+    fn call_args(&self, call: &BlockCall) -> Result<Vec<Value>, AdError> {
+        let mut args = Vec::new();
+        for &a in &call.args {
+            args.push(self.fwd(a)?);
+        }
+        for &a in &call.args {
+            args.extend(self.shadows_of(a));
+        }
+        Ok(args)
+    }
+}
+
+/// Builds the forward pass of `primal` (without its tape, which is added once the reverse
+/// pass is known).
+pub(crate) fn build_forward(
+    module: &mut Module,
+    ids: &[RuleIds],
+    fid: FuncId,
+    primal: &Function,
+    edges: &[Vec<Edge>],
+) -> Result<Forward, AdError> {
+    let rule = &ids[fid.index()];
+    let (params, ret) = forward_signature(&mut module.types, primal, rule.tape_ty);
+    let mut func = Function::new(&format!("{}$fwd", primal.name), &params, Some(ret));
+    func.span = primal.span;
+    let nvals = primal.values.len();
+    let mut fw = Forward {
+        e: Emit::new(func),
+        block_map: Vec::new(),
+        vmap: vec![None; nvals],
+        shadows: vec![Vec::new(); nvals],
+        saved: HashMap::new(),
+        edge_marks: Vec::new(),
+        returns: Vec::new(),
+        order: Vec::new(),
+    };
+    let types = &mut module.types;
+    // Blocks and their parameters.
+    for (b, data) in primal.blocks.iter() {
+        let fb = if b == primal.entry() { fw.e.func.entry() } else { fw.e.func.add_block() };
+        fw.block_map.push(fb);
+        if b == primal.entry() {
+            let fparams = fw.e.func.param_values().to_vec();
+            let mut k = data.params.len();
+            for (i, &p) in data.params.iter().enumerate() {
+                fw.vmap[p.index()] = Some(fparams[i]);
+            }
+            for &p in &data.params {
+                let n = fdata_leaves(types, primal.value_type(p)).len();
+                fw.shadows[p.index()] = fparams[k..k + n].to_vec();
+                k += n;
+            }
+        } else {
+            for &p in &data.params {
+                let d = &primal.values[p];
+                let np = fw.e.func.add_block_param(fb, d.ty, d.name.clone());
+                fw.vmap[p.index()] = Some(np);
+            }
+            for &p in &data.params {
+                let d = primal.values[p].clone();
+                for st in shadow_types(types, d.ty) {
+                    let sp = fw.e.func.add_block_param(fb, st, shadow_name(&d.name));
+                    fw.shadows[p.index()].push(sp);
+                }
+            }
+        }
+    }
+    for (b, data) in primal.blocks.iter() {
+        fw.e.block = fw.block_map[b.index()];
+        fw.order.push(fw.e.block);
+        for &inst in &data.insts {
+            forward_inst(&mut fw, types, ids, primal, inst)?;
+        }
+        // The terminator; an edge into a join goes through a block that marks it.
+        let target = |fw: &mut Forward, slot: usize, call: &BlockCall| -> Result<BlockCall, AdError> {
+            let args = fw.call_args(call)?;
+            let dest = fw.block_map[call.block.index()];
+            let incoming = &edges[call.block.index()];
+            if incoming.len() <= 1 {
+                return Ok(BlockCall { block: dest, args });
+            }
+            let k = incoming.iter().position(|e| e.from == b && e.slot == slot).unwrap_or(0);
+            let eb = fw.e.func.add_block();
+            fw.e.func.set_terminator(eb, Terminator::Jump(BlockCall { block: dest, args }), data.term_span);
+            fw.edge_marks.push((eb, k));
+            fw.order.push(eb);
+            Ok(BlockCall { block: eb, args: Vec::new() })
+        };
+        let fb = fw.block_map[b.index()];
+        let term = match &data.term {
+            Terminator::Jump(c) => Terminator::Jump(target(&mut fw, 0, c)?),
+            Terminator::Branch { cond, then_dest, else_dest } => {
+                let cond = fw.fwd(*cond)?;
+                let t = target(&mut fw, 0, then_dest)?;
+                let f = target(&mut fw, 1, else_dest)?;
+                Terminator::Branch { cond, then_dest: t, else_dest: f }
+            }
+            Terminator::Return(_) => {
+                fw.returns.push(b);
+                Terminator::Return(None)
+            }
+        };
+        fw.e.func.set_terminator(fb, term, data.term_span);
+    }
+    Ok(fw)
+}
+
+/// Reads the part of a primal value at `path` (through tuples and immutable structs).
+pub(crate) fn primal_extract(e: &mut Emit, types: &TypeTable, mut v: Value, path: &[u32]) -> Value {
+    for &i in path {
+        let t = e.ty(v);
+        v = match types.get(t) {
+            Type::Struct(s) => {
+                let fty = types.struct_def(*s).fields.get(i as usize).map(|f| f.1).unwrap_or(TypeTable::UNIT);
+                e.val(Op::StructGet(*s, i), vec![v], fty)
+            }
+            _ => e.tuple_get(types, v, i),
+        };
+    }
+    v
+}
+
+/// Reads the part of a tangent value at `path` (tangents of value types are tuples).
+pub(crate) fn tangent_extract(e: &mut Emit, types: &TypeTable, mut v: Value, path: &[u32]) -> Value {
+    for &i in path {
+        v = e.tuple_get(types, v, i);
+    }
+    v
+}
+
+/// Builds a value of the tangent type of `t` from its rdata leaves and its fdata leaves
+/// (in leaf order); parts without a tangent are `()`.
+pub(crate) fn build_tangent(
+    e: &mut Emit,
+    types: &mut TypeTable,
+    t: TypeId,
+    rdata: &mut dyn Iterator<Item = Value>,
+    fdata: &mut dyn Iterator<Item = Value>,
+) -> Value {
+    if !has_tangent(types, t) {
+        return e.unit();
+    }
+    if types.is_address(t) {
+        return match fdata.next() {
+            Some(v) => v,
+            None => e.unit(),
+        };
+    }
+    let fields: Vec<TypeId> = match types.get(t) {
+        Type::Scalar(_) => {
+            return match rdata.next() {
+                Some(v) => v,
+                None => e.fconst(0.0),
+            }
+        }
+        Type::Tuple(items) => items.clone(),
+        Type::Struct(_) => {
+            types.as_struct(t).map(|(_, d)| d.fields.iter().map(|f| f.1).collect()).unwrap_or_default()
+        }
+        _ => Vec::new(),
+    };
+    let items: Vec<Value> = fields.into_iter().map(|ft| build_tangent(e, types, ft, rdata, fdata)).collect();
+    e.tuple(types, items)
+}
+
+/// The tangent a fresh cell or record holds for `v` during the forward pass: zero for
+/// its `f64` parts (adjoints accumulate only in the reverse pass) and the shadows of its
+/// addresses.
+fn zero_tangent_of(fw: &mut Forward, types: &mut TypeTable, t: TypeId, shadows: Vec<Value>) -> Value {
+    let nr = leaves(types, t).iter().filter(|l| l.kind == LeafKind::Rdata).count();
+    let zeros: Vec<Value> = (0..nr).map(|_| fw.e.fconst(0.0)).collect();
+    build_tangent(&mut fw.e, types, t, &mut zeros.into_iter(), &mut shadows.into_iter())
+}
+
+fn forward_inst(
+    fw: &mut Forward,
+    types: &mut TypeTable,
+    ids: &[RuleIds],
+    primal: &Function,
+    inst: Inst,
+) -> Result<(), AdError> {
+    let d = primal.insts[inst].clone();
+    fw.e.span = d.span;
+    let args: Vec<Value> = d.args.iter().map(|&a| fw.fwd(a)).collect::<Result<_, _>>()?;
+    let result_ty = d.result.map(|r| primal.value_type(r));
+    let name = d.result.and_then(|r| primal.values[r].name.clone());
+    let mut saved = Vec::new();
+    // Save what an overwrite destroys, before it happens.
+    match &d.op {
+        Op::Store => {
+            let arr_ty = fw.e.ty(args[0]);
+            let elem = types.as_array(arr_ty).map(|(e, _)| TypeTable::scalar(e)).unwrap_or(TypeTable::F64);
+            let old = fw.e.val(Op::Load, args[..args.len() - 1].to_vec(), elem);
+            saved.push(old);
+        }
+        Op::CopyInto => {
+            let ty = fw.e.ty(args[0]);
+            saved.push(fw.e.val(Op::ArrayCopy, vec![args[0]], ty));
+        }
+        Op::RefStore | Op::MutStore(..) => {
+            let (load, content_ty) = match &d.op {
+                Op::MutStore(s, i) => {
+                    let fty =
+                        types.struct_def(*s).fields.get(*i as usize).map(|f| f.1).unwrap_or(TypeTable::UNIT);
+                    (Op::MutLoad(*s, *i), fty)
+                }
+                _ => (Op::RefLoad, fw.e.ty(args[1])),
+            };
+            saved.push(fw.e.val(load.clone(), vec![args[0]], content_ty));
+            if has_tangent(types, content_ty) {
+                let cell_shadow = fw.shadows_of(d.args[0]).first().copied().ok_or_else(|| {
+                    AdError::internal(&primal.name, "a differentiable cell has no shadow".to_string())
+                })?;
+                let tan_ty = tangent_type(types, content_ty);
+                let sload = match &d.op {
+                    Op::MutStore(s, i) => Op::MutLoad(shadow_struct(types, *s)?, *i),
+                    _ => Op::RefLoad,
+                };
+                saved.push(fw.e.val(sload, vec![cell_shadow], tan_ty));
+            }
+        }
+        _ => {}
+    }
+    // The primal operation (a call becomes a call of the callee's forward pass).
+    let mut result_shadows = Vec::new();
+    let result = match &d.op {
+        Op::Call(g) => {
+            let callee = ids[g.index()].fwd;
+            let mut cargs = args.clone();
+            for &a in &d.args {
+                cargs.extend(fw.shadows_of(a));
+            }
+            let ret_ty = module_ret(types, ids, *g);
+            let tuple = fw.e.val(Op::Call(callee), cargs, ret_ty);
+            let mut k = 0;
+            let res = match result_ty {
+                Some(rt) => {
+                    let v = fw.e.tuple_get(types, tuple, 0);
+                    fw.e.name(v, name.clone());
+                    k = 1;
+                    for _ in 0..fdata_leaves(types, rt).len() {
+                        let s = fw.e.tuple_get(types, tuple, k);
+                        fw.e.name(s, shadow_name(&name));
+                        result_shadows.push(s);
+                        k += 1;
+                    }
+                    Some(v)
+                }
+                None => None,
+            };
+            let tape = fw.e.tuple_get(types, tuple, k);
+            let callee_name = &ids[g.index()].name;
+            fw.e.name(tape, Some(format!("{callee_name}_tape")));
+            saved.push(tape);
+            res
+        }
+        op => fw.e.func.push_inst(fw.e.block, op.clone(), args.clone(), result_ty, d.span),
+    };
+    if let (Some(r), Some(nr)) = (d.result, result) {
+        fw.e.func.values[nr].name = name.clone();
+        fw.vmap[r.index()] = Some(nr);
+    }
+    // Shadows of the result.
+    if let (Some(r), Some(nr), Some(rt)) = (d.result, result, result_ty) {
+        let sname = shadow_name(&name);
+        match &d.op {
+            Op::ArrayFill
+            | Op::ArrayLit(_)
+            | Op::ArrayCopy
+            | Op::MapFBinary(_)
+            | Op::MapFUnary(_)
+            | Op::MapFPowI
+                if has_tangent(types, rt) =>
+            {
+                let s = fw.e.val(Op::ZerosLike, vec![nr], rt);
+                result_shadows.push(fw.e.name(s, sname));
+            }
+            Op::RefNew if has_tangent(types, rt) => {
+                let content = d.args[0];
+                let ct = primal.value_type(content);
+                let sh = fw.shadows_of(content);
+                let tan = zero_tangent_of(fw, types, ct, sh);
+                let sty = tangent_type(types, rt);
+                let s = fw.e.val(Op::RefNew, vec![tan], sty);
+                result_shadows.push(fw.e.name(s, sname));
+            }
+            Op::RefLoad | Op::MutLoad(..) if !fdata_leaves(types, rt).is_empty() => {
+                let cell = fw.shadows_of(d.args[0]).first().copied().ok_or_else(|| {
+                    AdError::internal(&primal.name, "a differentiable cell has no shadow".to_string())
+                })?;
+                let tan_ty = tangent_type(types, rt);
+                let load = match &d.op {
+                    Op::MutLoad(s, i) => Op::MutLoad(shadow_struct(types, *s)?, *i),
+                    _ => Op::RefLoad,
+                };
+                let tan = fw.e.val(load, vec![cell], tan_ty);
+                for leaf in fdata_leaves(types, rt) {
+                    let s = tangent_extract(&mut fw.e, types, tan, &leaf.path);
+                    result_shadows.push(fw.e.name(s, sname.clone()));
+                }
+            }
+            Op::TupleNew => {
+                for &a in &d.args {
+                    result_shadows.extend(fw.shadows_of(a));
+                }
+            }
+            Op::StructNew(s) => {
+                if types.struct_def(*s).mutable {
+                    if has_tangent(types, rt) {
+                        let ss = shadow_struct(types, *s)?;
+                        let mut fields = Vec::new();
+                        for &a in &d.args {
+                            let sh = fw.shadows_of(a);
+                            fields.push(zero_tangent_of(fw, types, primal.value_type(a), sh));
+                        }
+                        let sty = tangent_type(types, rt);
+                        let sv = fw.e.val(Op::StructNew(ss), fields, sty);
+                        result_shadows.push(fw.e.name(sv, sname));
+                    }
+                } else {
+                    for &a in &d.args {
+                        result_shadows.extend(fw.shadows_of(a));
+                    }
+                }
+            }
+            Op::TupleGet(i) | Op::StructGet(_, i) => {
+                let agg = d.args[0];
+                let ranges = field_leaf_ranges(types, primal.value_type(agg), LeafKind::Fdata);
+                let all = fw.shadows_of(agg);
+                if let Some(range) = ranges.get(*i as usize) {
+                    result_shadows.extend(all.get(range.clone()).unwrap_or(&[]).iter().copied());
+                }
+            }
+            _ => {}
+        }
+        fw.shadows[r.index()] = result_shadows;
+    }
+    // The shadow of a cell follows its content.
+    if let Op::RefStore | Op::MutStore(..) = &d.op {
+        let content_ty = primal.value_type(d.args[1]);
+        if has_tangent(types, content_ty) {
+            let cell_shadow = fw.shadows_of(d.args[0]).first().copied().ok_or_else(|| {
+                AdError::internal(&primal.name, "a differentiable cell has no shadow".to_string())
+            })?;
+            let sh = fw.shadows_of(d.args[1]);
+            let tan = zero_tangent_of(fw, types, content_ty, sh);
+            let store = match &d.op {
+                Op::MutStore(s, i) => Op::MutStore(shadow_struct(types, *s)?, *i),
+                _ => Op::RefStore,
+            };
+            fw.e.eff(store, vec![cell_shadow, tan]);
+        }
+    }
+    if !saved.is_empty() {
+        fw.saved.insert(inst, saved);
+    }
+    Ok(())
+}
+
+/// The `S$tan` struct of a mut struct `S`.
+pub(crate) fn shadow_struct(
+    types: &mut TypeTable,
+    s: mcir_ir::StructId,
+) -> Result<mcir_ir::StructId, AdError> {
+    let ty = types.intern(Type::Struct(s));
+    let tan = tangent_type(types, ty);
+    types.as_struct(tan).map(|(sid, _)| sid).ok_or_else(|| {
+        AdError::internal("", format!("struct {} has no tangent record", types.struct_def(s).name))
+    })
+}
+
+fn module_ret(types: &TypeTable, ids: &[RuleIds], g: FuncId) -> TypeId {
+    let _ = types;
+    ids[g.index()].fwd_ret
+}

@@ -1,0 +1,1158 @@
+//! The reverse pass of a derived rule: each primal block, backwards, with the adjoint of
+//! every op written inline. Adjoints of `f64` values live in SSA values (symbolic zeros
+//! cost nothing) and cross blocks as block parameters; adjoints of addresses are their
+//! shadows, incremented in place. Every overwrite of the forward pass is undone, so when
+//! the reverse rule of an op runs, memory is as the op found it. Whatever the reverse
+//! pass reads from the forward pass is popped from the tape; which edge entered a join
+//! is popped from the path stack, so the taken path is replayed, never recomputed.
+
+use crate::analysis::Edge;
+use crate::emit::Emit;
+use crate::forward::{shadow_struct, tangent_extract, Forward};
+use crate::tangent::{field_leaf_ranges, has_tangent, rdata_leaves, tangent_type, LeafKind};
+use crate::{AdError, RuleIds};
+use mcir_ir::entity::EntityRef;
+use mcir_ir::{
+    Block, BlockCall, CmpOp, FBinOp, FUnOp, FuncId, Function, IBinOp, Inst, Op, Terminator, Type, TypeId,
+    TypeTable, Value,
+};
+use std::collections::HashMap;
+
+/// A buffer of the tape: one per value the reverse pass reads, plus the path stack.
+pub(crate) struct Slot {
+    /// The forward value pushed (none for the path stack).
+    pub fwd: Option<Value>,
+    pub ty: TypeId,
+    pub name: String,
+    /// The stack, as read from the tape in the reverse pass.
+    pub rev_stack: Value,
+}
+
+pub(crate) struct Reverse<'a> {
+    pub e: Emit,
+    pub fw: &'a Forward,
+    pub primal: &'a Function,
+    pub types: &'a mut TypeTable,
+    pub ids: &'a [RuleIds],
+    pub active: Vec<bool>,
+    pub corrupt: Option<String>,
+    corrupting: bool,
+    tape: Value,
+    tape_sid: mcir_ir::StructId,
+    pub slots: Vec<Slot>,
+    slot_of: HashMap<Value, usize>,
+    path_slot: Option<usize>,
+    /// Values pushed at the end of each primal block: (primal block, forward value, slot).
+    pub pushes: Vec<(Block, Value, usize)>,
+    /// The reverse block of each primal block and the adjoints it receives.
+    rblock: Vec<Block>,
+    adj_in: Vec<Vec<(Value, u32)>>,
+    /// The primal block whose reverse is being built, and where its pops go.
+    cur: Block,
+    cur_rblock: Block,
+    pop_pos: usize,
+    popped: HashMap<Value, Value>,
+    zero: Option<Value>,
+    adj: HashMap<(Value, u32), Value>,
+    pub order: Vec<Block>,
+}
+
+fn adjoint_name(name: &Option<String>) -> Option<String> {
+    Some(match name {
+        Some(n) => format!("{n}_bar"),
+        None => "bar".to_string(),
+    })
+}
+
+/// The signature of a reverse pass: the tape and the result's rdata leaves in; the
+/// parameters' rdata leaves out, as a tuple (nothing when no parameter has rdata).
+pub(crate) fn reverse_signature(
+    types: &mut TypeTable,
+    primal: &Function,
+    tape_ty: TypeId,
+) -> (Vec<(Option<String>, TypeId)>, Option<TypeId>) {
+    let mut params = vec![(Some("tape".to_string()), tape_ty)];
+    if let Some(r) = primal.ret {
+        for _ in rdata_leaves(types, r) {
+            params.push((Some("result_bar".to_string()), TypeTable::F64));
+        }
+    }
+    let n: usize = primal.params.iter().map(|&t| rdata_leaves(types, t).len()).sum();
+    let ret = if n == 0 { None } else { Some(types.intern(Type::Tuple(vec![TypeTable::F64; n]))) };
+    (params, ret)
+}
+
+impl<'a> Reverse<'a> {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        fid: FuncId,
+        primal: &'a Function,
+        fw: &'a Forward,
+        types: &'a mut TypeTable,
+        ids: &'a [RuleIds],
+        active: Vec<bool>,
+        live_out: &[Vec<Value>],
+        corrupt: Option<String>,
+    ) -> Reverse<'a> {
+        let rule = &ids[fid.index()];
+        let (params, ret) = reverse_signature(types, primal, rule.tape_ty);
+        let mut func = Function::new(&format!("{}$rev", primal.name), &params, ret);
+        func.span = primal.span;
+        let tape = func.param_values()[0];
+        let entry = func.entry();
+        let mut e = Emit::new(func);
+        // Adjoint parameters of each reverse block: active values live at the end of the
+        // primal block or passed by its terminator, one per rdata leaf.
+        let mut adj_in = Vec::new();
+        for (b, data) in primal.blocks.iter() {
+            let mut vals: Vec<Value> = live_out[b.index()].clone();
+            vals.extend(data.term.uses());
+            vals.sort();
+            vals.dedup();
+            let mut list = Vec::new();
+            for v in vals {
+                if active.get(v.index()).copied().unwrap_or(false) {
+                    for k in 0..rdata_leaves(types, primal.value_type(v)).len() {
+                        list.push((v, k as u32));
+                    }
+                }
+            }
+            adj_in.push(list);
+        }
+        let mut rblock = vec![entry; primal.blocks.len()];
+        for (b, _) in primal.blocks.iter().rev() {
+            let rb = e.func.add_block();
+            for &(v, _) in &adj_in[b.index()] {
+                e.func.add_block_param(rb, TypeTable::F64, adjoint_name(&primal.values[v].name));
+            }
+            rblock[b.index()] = rb;
+        }
+        Reverse {
+            e,
+            fw,
+            primal,
+            types,
+            ids,
+            active,
+            corrupt,
+            corrupting: false,
+            tape,
+            tape_sid: rule.tape_sid,
+            slots: Vec::new(),
+            slot_of: HashMap::new(),
+            path_slot: None,
+            pushes: Vec::new(),
+            rblock,
+            adj_in,
+            cur: primal.entry(),
+            cur_rblock: entry,
+            pop_pos: 0,
+            popped: HashMap::new(),
+            zero: None,
+            adj: HashMap::new(),
+            order: vec![entry],
+        }
+    }
+
+    fn err(&self, msg: String) -> AdError {
+        AdError::internal(&self.primal.name, msg)
+    }
+
+    // ---- the tape ----
+
+    fn new_slot(&mut self, fwd: Option<Value>, ty: TypeId, name: String) -> usize {
+        let k = self.slots.len();
+        let stack_ty = self.types.intern(Type::Stack(ty));
+        let entry = self.e.func.entry();
+        let field_name = format!("{name}_{k}");
+        self.types.struct_def_mut(self.tape_sid).fields.push((field_name.clone(), stack_ty));
+        let get = Op::StructGet(self.tape_sid, k as u32);
+        let s = self.e.func.push_inst(entry, get, vec![self.tape], Some(stack_ty), self.primal.span);
+        let s = s.unwrap_or(self.tape);
+        self.e.func.values[s].name = Some(format!("{name}_stack"));
+        self.slots.push(Slot { fwd, ty, name: field_name, rev_stack: s });
+        k
+    }
+
+    /// A value of the forward pass, as the reverse block being built sees it: constants
+    /// are rematerialised, anything else is popped from its tape buffer (once per block).
+    fn get(&mut self, fv: Value) -> Value {
+        if let mcir_ir::ValueDef::Inst(i) = self.fw.e.func.values[fv].def {
+            let op = &self.fw.e.func.insts[i].op;
+            if let Op::FConst(_) | Op::IConst(_) | Op::BConst(_) = op {
+                let ty = self.fw.e.ty(fv);
+                return self.e.val(op.clone(), vec![], ty);
+            }
+        }
+        if let Some(&v) = self.popped.get(&fv) {
+            return v;
+        }
+        let ty = self.fw.e.ty(fv);
+        let name = self.fw.e.func.values[fv].name.clone();
+        let slot = match self.slot_of.get(&fv) {
+            Some(&s) => s,
+            None => {
+                let s = self.new_slot(Some(fv), ty, name.clone().unwrap_or_else(|| "v".to_string()));
+                self.slot_of.insert(fv, s);
+                s
+            }
+        };
+        let stack = self.slots[slot].rev_stack;
+        let v = self.insert_front(Op::StackPop, vec![stack], ty);
+        self.e.func.values[v].name = name;
+        self.popped.insert(fv, v);
+        self.pushes.push((self.cur, fv, slot));
+        v
+    }
+
+    fn insert_front(&mut self, op: Op, args: Vec<Value>, ty: TypeId) -> Value {
+        let b = self.cur_rblock;
+        let v = self.e.func.push_inst(b, op, args, Some(ty), self.e.span).unwrap_or(self.tape);
+        if let Some(inst) = self.e.func.blocks[b].insts.pop() {
+            self.e.func.blocks[b].insts.insert(self.pop_pos, inst);
+            self.pop_pos += 1;
+        }
+        v
+    }
+
+    fn fwdv(&mut self, primal_v: Value) -> Result<Value, AdError> {
+        let fv = self.fw.fwd(primal_v)?;
+        Ok(self.get(fv))
+    }
+
+    fn shadow(&mut self, primal_v: Value) -> Result<Value, AdError> {
+        let fv = self
+            .fw
+            .shadows
+            .get(primal_v.index())
+            .and_then(|s| s.first().copied())
+            .ok_or_else(|| self.err(format!("{primal_v} has no shadow")))?;
+        Ok(self.get(fv))
+    }
+
+    fn saved(&mut self, inst: Inst, k: usize) -> Result<Value, AdError> {
+        let fv = self
+            .fw
+            .saved
+            .get(&inst)
+            .and_then(|s| s.get(k).copied())
+            .ok_or_else(|| self.err(format!("{inst} kept nothing")))?;
+        Ok(self.get(fv))
+    }
+
+    fn path_stack(&mut self) -> Value {
+        let slot = match self.path_slot {
+            Some(s) => s,
+            None => {
+                let s = self.new_slot(None, TypeTable::I64, "path".to_string());
+                self.path_slot = Some(s);
+                s
+            }
+        };
+        self.slots[slot].rev_stack
+    }
+
+    pub fn path_slot(&self) -> Option<usize> {
+        self.path_slot
+    }
+
+    // ---- adjoints ----
+
+    fn zero(&mut self) -> Value {
+        match self.zero {
+            Some(z) => z,
+            None => {
+                let z = self.e.fconst(0.0);
+                self.zero = Some(z);
+                z
+            }
+        }
+    }
+
+    fn is_active(&self, v: Value) -> bool {
+        self.active.get(v.index()).copied().unwrap_or(false)
+    }
+
+    fn take(&mut self, v: Value) -> Vec<Option<Value>> {
+        let n = rdata_leaves(self.types, self.primal.value_type(v)).len();
+        (0..n).map(|k| self.adj.remove(&(v, k as u32))).collect()
+    }
+
+    /// Scales a contribution when this op's rule is corrupted on purpose.
+    fn corrupt(&mut self, x: Value) -> Value {
+        if self.corrupting {
+            let c = self.e.fconst(1.5);
+            self.e.mul(x, c)
+        } else {
+            x
+        }
+    }
+
+    /// Adds `x` to the adjoint of leaf `k` of `v`.
+    fn contribute(&mut self, v: Value, k: u32, x: Value) {
+        if !self.is_active(v) {
+            return;
+        }
+        let x = self.corrupt(x);
+        let new = match self.adj.get(&(v, k)) {
+            Some(&old) => self.e.add(old, x),
+            None => x,
+        };
+        let name = adjoint_name(&self.primal.values[v].name);
+        if self.e.func.values[new].name.is_none() {
+            self.e.func.values[new].name = name;
+        }
+        self.adj.insert((v, k), new);
+    }
+
+    /// `shadow += t` for an array `t` of the shadow's shape, or a scalar added to each element.
+    fn acc_array(&mut self, shadow: Value, t: Value) {
+        if self.corrupting {
+            let t = self.corrupt(t);
+            self.e.eff(Op::AddInto, vec![shadow, t]);
+        } else {
+            self.e.eff(Op::AddInto, vec![shadow, t]);
+        }
+    }
+
+    fn acc_axpy(&mut self, shadow: Value, alpha: Value, x: Value) {
+        let alpha = self.corrupt(alpha);
+        self.e.eff(Op::Axpy, vec![shadow, alpha, x]);
+    }
+
+    fn acc_element(&mut self, shadow: Value, idx: Vec<Value>, g: Value) {
+        let g = self.corrupt(g);
+        let old = self.e.val(Op::Load, [vec![shadow], idx.clone()].concat(), TypeTable::F64);
+        let new = self.e.add(old, g);
+        self.e.eff(Op::Store, [vec![shadow], idx, vec![new]].concat());
+    }
+
+    /// Sends an array-shaped contribution `t` to an operand of an elementwise op: into its
+    /// shadow if it is an array, summed into its adjoint if it is a scalar.
+    fn send_to_operand(&mut self, x: Value, t: Value) -> Result<(), AdError> {
+        if self.primal.value_type(x) == TypeTable::F64 {
+            if self.is_active(x) {
+                let s = self.e.total(t);
+                self.contribute(x, 0, s);
+            }
+        } else {
+            let sx = self.shadow(x)?;
+            self.acc_array(sx, t);
+        }
+        Ok(())
+    }
+
+    fn wants(&self, x: Value) -> bool {
+        self.primal.value_type(x) != TypeTable::F64 || self.is_active(x)
+    }
+
+    // ---- blocks ----
+
+    /// Builds the reverse of every primal block and the entry that dispatches on the
+    /// block the forward pass returned from.
+    pub fn build(&mut self) -> Result<(), AdError> {
+        let primal = self.primal;
+        let entry = self.e.func.entry();
+        let dys: Vec<Value> = self.e.func.param_values()[1..].to_vec();
+        // Entry: start at the return block the forward pass left from.
+        self.cur_rblock = entry;
+        self.e.block = entry;
+        self.pop_pos = 0;
+        let returns = self.fw.returns.clone();
+        let targets: Vec<BlockCall> = returns
+            .iter()
+            .map(|&r| {
+                let args = self.adj_in[r.index()].iter().map(|&(_, k)| dys[k as usize]).collect();
+                BlockCall { block: self.rblock[r.index()], args }
+            })
+            .collect();
+        if targets.len() > 1 {
+            let stack = self.path_stack();
+            let k = self.e.val(Op::StackPop, vec![stack], TypeTable::I64);
+            self.e.name(k, Some("ret".to_string()));
+            self.dispatch(k, targets)?;
+        } else if let Some(t) = targets.into_iter().next() {
+            self.e.func.set_terminator(entry, Terminator::Jump(t), primal.span);
+        }
+        Ok(())
+    }
+
+    /// Ends the current block with a dispatch on `k`, which holds the index of the target
+    /// to take among `targets`.
+    fn dispatch(&mut self, k: Value, mut targets: Vec<BlockCall>) -> Result<(), AdError> {
+        let span = self.e.span;
+        let mut j = 0;
+        while targets.len() > 1 {
+            let t = targets.remove(0);
+            let c = self.e.iconst(j);
+            j += 1;
+            let cond = self.e.val(Op::ICmp(CmpOp::Eq), vec![k, c], TypeTable::BOOL);
+            let last = targets.len() == 1;
+            let else_dest = if last {
+                targets.remove(0)
+            } else {
+                let next = self.e.func.add_block();
+                self.order.push(next);
+                BlockCall { block: next, args: vec![] }
+            };
+            let next = else_dest.block;
+            self.e.func.set_terminator(
+                self.e.block,
+                Terminator::Branch { cond, then_dest: t, else_dest },
+                span,
+            );
+            if last {
+                return Ok(());
+            }
+            self.e.block = next;
+        }
+        if let Some(t) = targets.pop() {
+            self.e.func.set_terminator(self.e.block, Terminator::Jump(t), span);
+        }
+        Ok(())
+    }
+
+    /// The reverse of primal block `b`: its instructions backwards, then the way back to
+    /// the block that jumped to it (or, for the entry block, the return of the parameters'
+    /// rdata).
+    fn block(&mut self, b: Block, edges: &[Edge]) -> Result<(), AdError> {
+        let primal = self.primal;
+        let rb = self.rblock[b.index()];
+        self.cur = b;
+        self.cur_rblock = rb;
+        self.e.block = rb;
+        self.pop_pos = 0;
+        self.popped.clear();
+        self.zero = None;
+        self.adj.clear();
+        self.order.push(rb);
+        let params = self.e.func.blocks[rb].params.clone();
+        for (&key, &p) in self.adj_in[b.index()].iter().zip(&params) {
+            self.adj.insert(key, p);
+        }
+        let data = &primal.blocks[b];
+        for &inst in data.insts.iter().rev() {
+            let d = &primal.insts[inst];
+            self.e.span = d.span;
+            self.corrupting = match &self.corrupt {
+                Some(name) => rule_name(self.types, &d.op) == *name,
+                None => false,
+            };
+            self.reverse_inst(inst)?;
+            self.corrupting = false;
+        }
+        self.e.span = data.term_span;
+        if b == primal.entry() {
+            let mut outs = Vec::new();
+            for &p in &data.params {
+                for k in 0..rdata_leaves(self.types, primal.value_type(p)).len() {
+                    let v = match self.adj.get(&(p, k as u32)) {
+                        Some(&v) => v,
+                        None => self.zero(),
+                    };
+                    outs.push(v);
+                }
+            }
+            let ret = if self.e.func.ret.is_some() { Some(self.e.tuple(self.types, outs)) } else { None };
+            self.e.func.set_terminator(self.e.block, Terminator::Return(ret), data.term_span);
+            return Ok(());
+        }
+        if edges.len() == 1 {
+            let t = self.edge_code(b, edges[0])?;
+            self.e.func.set_terminator(self.e.block, Terminator::Jump(t), data.term_span);
+            return Ok(());
+        }
+        let stack = self.path_stack();
+        let k = self.e.val(Op::StackPop, vec![stack], TypeTable::I64);
+        self.e.name(k, Some("from".to_string()));
+        let mut targets = Vec::new();
+        for &edge in edges {
+            let eb = self.e.func.add_block();
+            self.e.block = eb;
+            self.zero = None;
+            let t = self.edge_code(b, edge)?;
+            self.e.func.set_terminator(eb, Terminator::Jump(t), data.term_span);
+            targets.push(BlockCall { block: eb, args: vec![] });
+        }
+        self.e.block = rb;
+        self.dispatch(k, targets.clone())?;
+        for t in targets {
+            self.order.push(t.block);
+        }
+        Ok(())
+    }
+
+    /// Adjoints for the end of the block an edge leaves: what flows through `b` unchanged,
+    /// plus the adjoints of `b`'s parameters sent to the jump's arguments.
+    fn edge_code(&mut self, b: Block, edge: Edge) -> Result<BlockCall, AdError> {
+        let primal = self.primal;
+        let call = primal.blocks[edge.from]
+            .term
+            .successors()
+            .nth(edge.slot)
+            .cloned()
+            .ok_or_else(|| self.err(format!("edge {edge:?} does not exist")))?;
+        let params = &primal.blocks[b].params;
+        let wanted = self.adj_in[edge.from.index()].clone();
+        let mut args = Vec::new();
+        for (v, k) in wanted {
+            // A parameter of `b` is a new instance: its adjoint goes to the argument only.
+            let mut acc = if params.contains(&v) { None } else { self.adj.get(&(v, k)).copied() };
+            for (i, &a) in call.args.iter().enumerate() {
+                if a == v {
+                    if let Some(&g) = self.adj.get(&(params[i], k)) {
+                        acc = Some(match acc {
+                            Some(x) => self.e.add(x, g),
+                            None => g,
+                        });
+                    }
+                }
+            }
+            args.push(match acc {
+                Some(x) => x,
+                None => self.zero(),
+            });
+        }
+        Ok(BlockCall { block: self.rblock[edge.from.index()], args })
+    }
+
+    // ---- the adjoint of each op ----
+
+    fn result(&self, inst: Inst) -> Result<Value, AdError> {
+        self.primal.insts[inst].result.ok_or_else(|| self.err(format!("{inst} has no result")))
+    }
+
+    fn reverse_inst(&mut self, inst: Inst) -> Result<(), AdError> {
+        let primal = self.primal;
+        let d = &primal.insts[inst];
+        let a = &d.args;
+        let g = match d.result {
+            Some(r) => self.take(r),
+            None => Vec::new(),
+        };
+        let g0 = g.first().copied().flatten();
+        match &d.op {
+            Op::FConst(_)
+            | Op::IConst(_)
+            | Op::BConst(_)
+            | Op::IBinary(_)
+            | Op::IUnary(_)
+            | Op::FCmp(_)
+            | Op::ICmp(_)
+            | Op::BCmp(_)
+            | Op::Not
+            | Op::IToF
+            | Op::FToI
+            | Op::ArrayDim(_)
+            | Op::MapIBinary(_)
+            | Op::Print => {}
+            Op::FBinary(op) => {
+                if let Some(g) = g0 {
+                    self.binary_rule(*op, a[0], a[1], inst, g)?;
+                }
+            }
+            Op::FUnary(op) => {
+                let Some(g) = g0 else { return Ok(()) };
+                if !self.is_active(a[0]) {
+                    return Ok(());
+                }
+                let r = self.result(inst)?;
+                if let Some(t) = self.unary_adjoint(*op, a[0], r, g)? {
+                    self.contribute(a[0], 0, t);
+                }
+            }
+            Op::FPowI => {
+                let Some(g) = g0 else { return Ok(()) };
+                if self.is_active(a[0]) {
+                    let t = self.powi_factor(a[0], a[1], g)?;
+                    self.contribute(a[0], 0, t);
+                }
+            }
+            Op::Select => {
+                let Some(g) = g0 else { return Ok(()) };
+                if !self.is_active(a[1]) && !self.is_active(a[2]) {
+                    return Ok(());
+                }
+                let c = self.fwdv(a[0])?;
+                let z = self.zero();
+                if self.is_active(a[1]) {
+                    let t = self.e.val(Op::Select, vec![c, g, z], TypeTable::F64);
+                    self.contribute(a[1], 0, t);
+                }
+                if self.is_active(a[2]) {
+                    let t = self.e.val(Op::Select, vec![c, z, g], TypeTable::F64);
+                    self.contribute(a[2], 0, t);
+                }
+            }
+            Op::ArrayFill => {
+                let r = self.result(inst)?;
+                if has_tangent(self.types, primal.value_type(r)) && self.is_active(a[0]) {
+                    let s = self.shadow(r)?;
+                    let t = self.e.val(Op::Sum, vec![s], TypeTable::F64);
+                    self.contribute(a[0], 0, t);
+                }
+            }
+            Op::ArrayLit(dims) => {
+                let r = self.result(inst)?;
+                if !has_tangent(self.types, primal.value_type(r)) || !a.iter().any(|&x| self.is_active(x)) {
+                    return Ok(());
+                }
+                let s = self.shadow(r)?;
+                for (flat, &x) in a.iter().enumerate() {
+                    if !self.is_active(x) {
+                        continue;
+                    }
+                    let mut idx = Vec::new();
+                    let mut rest = flat;
+                    for i in 0..dims.len() {
+                        let stride: usize =
+                            dims[i + 1..].iter().map(|&d| d as usize).product::<usize>().max(1);
+                        idx.push(self.e.iconst((rest / stride) as i64));
+                        rest %= stride;
+                    }
+                    let t = self.e.val(Op::Load, [vec![s], idx].concat(), TypeTable::F64);
+                    self.contribute(x, 0, t);
+                }
+            }
+            Op::Load => {
+                if let Some(g) = g0 {
+                    if has_tangent(self.types, primal.value_type(a[0])) {
+                        let s = self.shadow(a[0])?;
+                        let idx = a[1..].iter().map(|&i| self.fwdv(i)).collect::<Result<Vec<_>, _>>()?;
+                        self.acc_element(s, idx, g);
+                    }
+                }
+            }
+            Op::Store => {
+                let idx = a[1..a.len() - 1].iter().map(|&i| self.fwdv(i)).collect::<Result<Vec<_>, _>>()?;
+                if has_tangent(self.types, primal.value_type(a[0])) {
+                    let s = self.shadow(a[0])?;
+                    let v = a[a.len() - 1];
+                    if self.is_active(v) {
+                        let t = self.e.val(Op::Load, [vec![s], idx.clone()].concat(), TypeTable::F64);
+                        self.contribute(v, 0, t);
+                    }
+                    let z = self.zero();
+                    self.e.eff(Op::Store, [vec![s], idx.clone(), vec![z]].concat());
+                }
+                let arr = self.fwdv(a[0])?;
+                let old = self.saved(inst, 0)?;
+                self.e.eff(Op::Store, [vec![arr], idx, vec![old]].concat());
+            }
+            Op::ArrayCopy => {
+                let r = self.result(inst)?;
+                if has_tangent(self.types, primal.value_type(r)) {
+                    let (sa, sc) = (self.shadow(a[0])?, self.shadow(r)?);
+                    self.acc_array(sa, sc);
+                }
+            }
+            Op::CopyInto => {
+                if has_tangent(self.types, primal.value_type(a[0])) {
+                    let (sd, ss) = (self.shadow(a[0])?, self.shadow(a[1])?);
+                    if self.corrupting {
+                        let c = self.e.fconst(0.5);
+                        self.e.eff(Op::Axpy, vec![ss, c, sd]);
+                    }
+                    self.e.eff(Op::MoveAdd, vec![ss, sd]);
+                }
+                let dst = self.fwdv(a[0])?;
+                let old = self.saved(inst, 0)?;
+                self.e.eff(Op::CopyInto, vec![dst, old]);
+            }
+            Op::Sum => {
+                if let Some(g) = g0 {
+                    if has_tangent(self.types, primal.value_type(a[0])) {
+                        let s = self.shadow(a[0])?;
+                        self.acc_array(s, g);
+                    }
+                }
+            }
+            Op::Dot => {
+                if let Some(g) = g0 {
+                    let (sx, sy) = (self.shadow(a[0])?, self.shadow(a[1])?);
+                    let (fx, fy) = (self.fwdv(a[0])?, self.fwdv(a[1])?);
+                    self.acc_axpy(sx, g, fy);
+                    self.acc_axpy(sy, g, fx);
+                }
+            }
+            Op::MapFBinary(op) => {
+                let r = self.result(inst)?;
+                let gs = self.shadow(r)?;
+                self.map_binary_rule(*op, a[0], a[1], r, gs)?;
+            }
+            Op::MapFUnary(op) => {
+                let r = self.result(inst)?;
+                let gs = self.shadow(r)?;
+                if let Some(t) = self.unary_adjoint(*op, a[0], r, gs)? {
+                    let sa = self.shadow(a[0])?;
+                    self.acc_array(sa, t);
+                }
+            }
+            Op::MapFPowI => {
+                let r = self.result(inst)?;
+                let gs = self.shadow(r)?;
+                let t = self.powi_factor(a[0], a[1], gs)?;
+                let sa = self.shadow(a[0])?;
+                self.acc_array(sa, t);
+            }
+            Op::RefNew => self.fresh_cell_rule(inst, None)?,
+            Op::StructNew(s) if self.types.struct_def(*s).mutable => self.fresh_cell_rule(inst, Some(*s))?,
+            Op::RefLoad | Op::MutLoad(..) => {
+                if g.iter().all(|x| x.is_none()) {
+                    return Ok(());
+                }
+                let cell = self.shadow(a[0])?;
+                let r = self.result(inst)?;
+                let ct = primal.value_type(r);
+                let tan_ty = tangent_type(self.types, ct);
+                let (load, store) = match &d.op {
+                    Op::MutLoad(s, i) => {
+                        let ss = shadow_struct(self.types, *s)?;
+                        (Op::MutLoad(ss, *i), Op::MutStore(ss, *i))
+                    }
+                    _ => (Op::RefLoad, Op::RefStore),
+                };
+                let tan = self.e.val(load, vec![cell], tan_ty);
+                let g: Vec<Option<Value>> = g.into_iter().map(|x| x.map(|x| self.corrupt(x))).collect();
+                let new = self.tangent_add(ct, tan, &g);
+                self.e.eff(store, vec![cell, new]);
+            }
+            Op::RefStore | Op::MutStore(..) => {
+                let v = a[1];
+                let ct = primal.value_type(v);
+                if has_tangent(self.types, ct) {
+                    let (load, store) = match &d.op {
+                        Op::MutStore(s, i) => {
+                            let ss = shadow_struct(self.types, *s)?;
+                            (Op::MutLoad(ss, *i), Op::MutStore(ss, *i))
+                        }
+                        _ => (Op::RefLoad, Op::RefStore),
+                    };
+                    let cell = self.shadow(a[0])?;
+                    if self.is_active(v) {
+                        let tan_ty = tangent_type(self.types, ct);
+                        let tan = self.e.val(load, vec![cell], tan_ty);
+                        for (k, leaf) in rdata_leaves(self.types, ct).into_iter().enumerate() {
+                            let t = tangent_extract(&mut self.e, self.types, tan, &leaf.path);
+                            self.contribute(v, k as u32, t);
+                        }
+                    }
+                    let old_tan = self.saved(inst, 1)?;
+                    self.e.eff(store, vec![cell, old_tan]);
+                }
+                let target = self.fwdv(a[0])?;
+                let old = self.saved(inst, 0)?;
+                self.e.eff(d.op.clone(), vec![target, old]);
+            }
+            Op::TupleNew | Op::StructNew(_) => {
+                let r = self.result(inst)?;
+                let ranges = field_leaf_ranges(self.types, primal.value_type(r), LeafKind::Rdata);
+                for (i, range) in ranges.into_iter().enumerate() {
+                    for (k, j) in range.enumerate() {
+                        if let Some(Some(x)) = g.get(j) {
+                            self.contribute(a[i], k as u32, *x);
+                        }
+                    }
+                }
+            }
+            Op::TupleGet(i) | Op::StructGet(_, i) => {
+                let ranges = field_leaf_ranges(self.types, primal.value_type(a[0]), LeafKind::Rdata);
+                if let Some(range) = ranges.get(*i as usize) {
+                    for (k, x) in g.iter().enumerate() {
+                        if let Some(x) = x {
+                            self.contribute(a[0], (range.start + k) as u32, *x);
+                        }
+                    }
+                }
+            }
+            Op::Call(callee) => {
+                let (rev, rev_ret) = (self.ids[callee.index()].rev, self.ids[callee.index()].rev_ret);
+                let tape = self.saved(inst, 0)?;
+                let mut cargs = vec![tape];
+                for x in &g {
+                    cargs.push(match x {
+                        Some(x) => *x,
+                        None => self.zero(),
+                    });
+                }
+                let rd = self.e.func.push_inst(self.e.block, Op::Call(rev), cargs, rev_ret, d.span);
+                if let Some(rd) = rd {
+                    let mut k = 0u32;
+                    for &x in a {
+                        for j in 0..rdata_leaves(self.types, primal.value_type(x)).len() {
+                            if self.is_active(x) {
+                                let t = self.e.tuple_get(self.types, rd, k);
+                                self.contribute(x, j as u32, t);
+                            }
+                            k += 1;
+                        }
+                    }
+                }
+            }
+            Op::ZerosLike
+            | Op::AddInto
+            | Op::Axpy
+            | Op::MoveAdd
+            | Op::StackNew
+            | Op::StackPush
+            | Op::StackPop => {
+                return Err(AdError {
+                    func: primal.name.clone(),
+                    message: format!(
+                        "`{}` belongs to derived passes and has no reverse rule",
+                        rule_name(self.types, &d.op)
+                    ),
+                })
+            }
+        }
+        Ok(())
+    }
+
+    /// A fresh cell (`ref.new`) or mut record: its shadow holds the adjoint of what it was
+    /// built from.
+    fn fresh_cell_rule(&mut self, inst: Inst, record: Option<mcir_ir::StructId>) -> Result<(), AdError> {
+        let primal = self.primal;
+        let r = self.result(inst)?;
+        let fields: Vec<Value> = primal.insts[inst].args.clone();
+        if !has_tangent(self.types, primal.value_type(r)) || !fields.iter().any(|&x| self.is_active(x)) {
+            return Ok(());
+        }
+        let s = self.shadow(r)?;
+        for (i, x) in fields.into_iter().enumerate() {
+            if !self.is_active(x) {
+                continue;
+            }
+            let ty = tangent_type(self.types, primal.value_type(x));
+            let tan = match record {
+                Some(sid) => {
+                    let ss = shadow_struct(self.types, sid)?;
+                    self.e.val(Op::MutLoad(ss, i as u32), vec![s], ty)
+                }
+                None => self.e.val(Op::RefLoad, vec![s], ty),
+            };
+            for (k, leaf) in rdata_leaves(self.types, primal.value_type(x)).into_iter().enumerate() {
+                let t = tangent_extract(&mut self.e, self.types, tan, &leaf.path);
+                self.contribute(x, k as u32, t);
+            }
+        }
+        Ok(())
+    }
+
+    fn binary_rule(&mut self, op: FBinOp, x: Value, y: Value, inst: Inst, g: Value) -> Result<(), AdError> {
+        let (ax, ay) = (self.is_active(x), self.is_active(y));
+        match op {
+            FBinOp::Add => {
+                self.contribute(x, 0, g);
+                self.contribute(y, 0, g);
+            }
+            FBinOp::Sub => {
+                self.contribute(x, 0, g);
+                if ay {
+                    let n = self.e.neg(g);
+                    self.contribute(y, 0, n);
+                }
+            }
+            FBinOp::Mul => {
+                if ax {
+                    let fy = self.fwdv(y)?;
+                    let t = self.e.mul(g, fy);
+                    self.contribute(x, 0, t);
+                }
+                if ay {
+                    let fx = self.fwdv(x)?;
+                    let t = self.e.mul(g, fx);
+                    self.contribute(y, 0, t);
+                }
+            }
+            FBinOp::Div => {
+                if !ax && !ay {
+                    return Ok(());
+                }
+                let fy = self.fwdv(y)?;
+                let t = self.e.div(g, fy);
+                self.contribute(x, 0, t);
+                if ay {
+                    let fr = self.fwdv(self.result(inst)?)?;
+                    let u = self.e.mul(t, fr);
+                    let n = self.e.neg(u);
+                    self.contribute(y, 0, n);
+                }
+            }
+            FBinOp::Pow => {
+                if ax || ay {
+                    self.pow_rule(x, y, self.result(inst)?, g)?;
+                }
+            }
+            FBinOp::Min | FBinOp::Max => {
+                if !ax && !ay {
+                    return Ok(());
+                }
+                let (fx, fy) = (self.fwdv(x)?, self.fwdv(y)?);
+                let pred = if op == FBinOp::Min { CmpOp::Lt } else { CmpOp::Gt };
+                // `y` wins only when strictly better: ties go to `x`.
+                let y_wins = self.e.val(Op::FCmp(pred), vec![fy, fx], TypeTable::BOOL);
+                let z = self.zero();
+                if ax {
+                    let t = self.e.val(Op::Select, vec![y_wins, z, g], TypeTable::F64);
+                    self.contribute(x, 0, t);
+                }
+                if ay {
+                    let t = self.e.val(Op::Select, vec![y_wins, g, z], TypeTable::F64);
+                    self.contribute(y, 0, t);
+                }
+            }
+            FBinOp::Atan2 => {
+                if !ax && !ay {
+                    return Ok(());
+                }
+                // atan2(p, q): d/dp = q / (p² + q²), d/dq = -p / (p² + q²).
+                let (fp, fq) = (self.fwdv(x)?, self.fwdv(y)?);
+                let pp = self.e.mul(fp, fp);
+                let qq = self.e.mul(fq, fq);
+                let den = self.e.add(pp, qq);
+                let w = self.e.div(g, den);
+                if ax {
+                    let t = self.e.mul(w, fq);
+                    self.contribute(x, 0, t);
+                }
+                if ay {
+                    let t = self.e.mul(w, fp);
+                    let n = self.e.neg(t);
+                    self.contribute(y, 0, n);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `x ** y`: d/dx = y x^(y-1), d/dy = x^y log x (scalar, or array ** scalar).
+    fn pow_rule(&mut self, x: Value, y: Value, r: Value, g: Value) -> Result<(), AdError> {
+        let fx = self.fwdv(x)?;
+        let fy = self.fwdv(y)?;
+        if self.wants(x) {
+            let one = self.e.fconst(1.0);
+            let ym1 = self.e.sub(fy, one);
+            let p = self.e.bin(FBinOp::Pow, fx, ym1);
+            let t = self.e.mul(p, fy);
+            let t = self.e.mul(g, t);
+            self.send(x, t)?;
+        }
+        if self.wants(y) {
+            let fr = self.fwdv(r)?;
+            let l = self.e.un(FUnOp::Log, fx);
+            let t = self.e.mul(fr, l);
+            let t = self.e.mul(g, t);
+            self.send(y, t)?;
+        }
+        Ok(())
+    }
+
+    /// Sends a contribution to an operand: a scalar adjoint, or an array shadow.
+    fn send(&mut self, x: Value, t: Value) -> Result<(), AdError> {
+        if self.primal.value_type(x) == TypeTable::F64 && self.e.ty(t) == TypeTable::F64 {
+            self.contribute(x, 0, t);
+            Ok(())
+        } else {
+            self.send_to_operand(x, t)
+        }
+    }
+
+    /// `g * n * x^(n-1)` for `x ** n` with an integer `n`, scalar or elementwise.
+    fn powi_factor(&mut self, x: Value, n: Value, g: Value) -> Result<Value, AdError> {
+        let fx = self.fwdv(x)?;
+        let fnn = self.fwdv(n)?;
+        let one = self.e.iconst(1);
+        let nm1 = self.e.val(Op::IBinary(IBinOp::Sub), vec![fnn, one], TypeTable::I64);
+        let p = self.e.powi(fx, nm1);
+        let nf = self.e.val(Op::IToF, vec![fnn], TypeTable::F64);
+        let t = self.e.mul(p, nf);
+        Ok(self.e.mul(g, t))
+    }
+
+    /// The contribution `g * f'(x)` of a unary op to its operand (scalar or elementwise),
+    /// or `None` for ops whose derivative is zero.
+    fn unary_adjoint(&mut self, op: FUnOp, x: Value, r: Value, g: Value) -> Result<Option<Value>, AdError> {
+        let t = match op {
+            FUnOp::Neg => self.e.neg(g),
+            FUnOp::Sin | FUnOp::Sinh | FUnOp::Cosh => {
+                let fx = self.fwdv(x)?;
+                let d = match op {
+                    FUnOp::Sin => FUnOp::Cos,
+                    FUnOp::Sinh => FUnOp::Cosh,
+                    _ => FUnOp::Sinh,
+                };
+                let c = self.e.un(d, fx);
+                self.e.mul(g, c)
+            }
+            FUnOp::Cos => {
+                let fx = self.fwdv(x)?;
+                let s = self.e.un(FUnOp::Sin, fx);
+                let t = self.e.mul(g, s);
+                self.e.neg(t)
+            }
+            FUnOp::Tan | FUnOp::Tanh => {
+                // tan' = 1 + tan², tanh' = 1 - tanh²
+                let fr = self.fwdv(r)?;
+                let sq = self.e.mul(fr, fr);
+                let one = self.e.fconst(1.0);
+                let d = if op == FUnOp::Tan { self.e.add(one, sq) } else { self.e.sub(one, sq) };
+                self.e.mul(g, d)
+            }
+            FUnOp::Asin | FUnOp::Acos => {
+                let fx = self.fwdv(x)?;
+                let sq = self.e.mul(fx, fx);
+                let one = self.e.fconst(1.0);
+                let d = self.e.sub(one, sq);
+                let d = self.e.un(FUnOp::Sqrt, d);
+                let t = self.e.div(g, d);
+                if op == FUnOp::Acos {
+                    self.e.neg(t)
+                } else {
+                    t
+                }
+            }
+            FUnOp::Atan => {
+                let fx = self.fwdv(x)?;
+                let sq = self.e.mul(fx, fx);
+                let one = self.e.fconst(1.0);
+                let d = self.e.add(one, sq);
+                self.e.div(g, d)
+            }
+            FUnOp::Exp => {
+                let fr = self.fwdv(r)?;
+                self.e.mul(g, fr)
+            }
+            FUnOp::Log => {
+                let fx = self.fwdv(x)?;
+                self.e.div(g, fx)
+            }
+            FUnOp::Log1p => {
+                let fx = self.fwdv(x)?;
+                let one = self.e.fconst(1.0);
+                let d = self.e.add(one, fx);
+                self.e.div(g, d)
+            }
+            FUnOp::Expm1 => {
+                let fr = self.fwdv(r)?;
+                let one = self.e.fconst(1.0);
+                let d = self.e.add(fr, one);
+                self.e.mul(g, d)
+            }
+            FUnOp::Sqrt => {
+                let fr = self.fwdv(r)?;
+                let two = self.e.fconst(2.0);
+                let d = self.e.mul(two, fr);
+                self.e.div(g, d)
+            }
+            FUnOp::Abs => {
+                let fx = self.fwdv(x)?;
+                let s = self.e.un(FUnOp::Sign, fx);
+                self.e.mul(g, s)
+            }
+            FUnOp::Floor | FUnOp::Ceil | FUnOp::Round | FUnOp::Sign => {
+                // Zero derivative; a corrupted rule passes the adjoint through instead.
+                return Ok(if self.corrupting { Some(g) } else { None });
+            }
+        };
+        Ok(Some(t))
+    }
+
+    /// Elementwise binary ops: `gs` is the shadow of the result.
+    fn map_binary_rule(
+        &mut self,
+        op: FBinOp,
+        x: Value,
+        y: Value,
+        r: Value,
+        gs: Value,
+    ) -> Result<(), AdError> {
+        match op {
+            FBinOp::Add | FBinOp::Sub => {
+                if self.wants(x) {
+                    self.send_to_operand(x, gs)?;
+                }
+                if self.wants(y) {
+                    let t = if op == FBinOp::Sub { self.e.neg(gs) } else { gs };
+                    self.send_to_operand(y, t)?;
+                }
+            }
+            FBinOp::Mul => {
+                if self.wants(x) {
+                    let fy = self.fwdv(y)?;
+                    let t = self.e.mul(gs, fy);
+                    self.send_to_operand(x, t)?;
+                }
+                if self.wants(y) {
+                    let fx = self.fwdv(x)?;
+                    let t = self.e.mul(gs, fx);
+                    self.send_to_operand(y, t)?;
+                }
+            }
+            FBinOp::Div => {
+                let fy = self.fwdv(y)?;
+                let t = self.e.div(gs, fy);
+                if self.wants(x) {
+                    self.send_to_operand(x, t)?;
+                }
+                if self.wants(y) {
+                    let fr = self.fwdv(r)?;
+                    let u = self.e.mul(t, fr);
+                    let n = self.e.neg(u);
+                    self.send_to_operand(y, n)?;
+                }
+            }
+            FBinOp::Pow => self.pow_rule(x, y, r, gs)?,
+            FBinOp::Min | FBinOp::Max | FBinOp::Atan2 => {
+                return Err(self.err(format!("`{}` has no elementwise form", op.name())))
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds rdata adjoints `g` (one per rdata leaf of type `t`) to a tangent value `tan` of
+    /// type `tangent(t)`, rebuilding only the parts that change.
+    fn tangent_add(&mut self, t: TypeId, tan: Value, g: &[Option<Value>]) -> Value {
+        if g.iter().all(|x| x.is_none()) {
+            return tan;
+        }
+        if t == TypeTable::F64 {
+            return match g.first().copied().flatten() {
+                Some(x) => self.e.add(tan, x),
+                None => tan,
+            };
+        }
+        let fields: Vec<TypeId> = match self.types.get(t) {
+            Type::Tuple(items) => items.clone(),
+            Type::Struct(_) => self
+                .types
+                .as_struct(t)
+                .map(|(_, d)| d.fields.iter().map(|f| f.1).collect())
+                .unwrap_or_default(),
+            _ => return tan,
+        };
+        let ranges = field_leaf_ranges(self.types, t, LeafKind::Rdata);
+        let mut items = Vec::new();
+        for (i, (ft, range)) in fields.into_iter().zip(ranges).enumerate() {
+            let sub = self.e.tuple_get(self.types, tan, i as u32);
+            let part = g.get(range).unwrap_or(&[]).to_vec();
+            items.push(self.tangent_add(ft, sub, &part));
+        }
+        self.e.tuple(self.types, items)
+    }
+
+    /// Builds the whole reverse pass; `edges` are the primal in-edges of each block.
+    pub fn build_all(&mut self, edges: &[Vec<Edge>]) -> Result<(), AdError> {
+        self.build()?;
+        for (b, _) in self.primal.blocks.iter().rev() {
+            self.block(b, &edges[b.index()])?;
+        }
+        Ok(())
+    }
+}
+
+/// The name a corrupted rule is selected by: the op's mnemonic, without `map.` (so that
+/// `sin` covers `sin` on scalars and on arrays).
+pub fn rule_name(types: &TypeTable, op: &Op) -> String {
+    let n = mcir_ir::print::op_name(types, op);
+    n.strip_prefix("map.").map(str::to_string).unwrap_or(n)
+}
