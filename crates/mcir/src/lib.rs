@@ -128,7 +128,11 @@ fn compile_module(text: &str) -> Result<Module, Vec<mcir_syntax::Diagnostic>> {
     if !parsed.diagnostics.is_empty() {
         return Err(parsed.diagnostics);
     }
-    let module = mcir_lower::lower_program(&parsed.program)?;
+    let mut module = mcir_lower::lower_program(&parsed.program)?;
+    let ids: Vec<FuncId> = module.funcs.keys().collect();
+    for id in ids {
+        module.funcs[id] = module.funcs[id].simplify_cfg();
+    }
     if let Err(e) = mcir_ir::verify_module(&module) {
         return Err(vec![mcir_syntax::Diagnostic::error(
             format!("internal compiler error: the IR does not verify: {e}"),

@@ -154,8 +154,8 @@ fn derive_function(
         );
         rv.build_all(&edges)?;
         let path = rv.path_slot();
-        let slots: Vec<(Option<mcir_ir::Value>, TypeId, String)> =
-            rv.slots.iter().map(|s| (s.fwd, s.ty, s.name.clone())).collect();
+        let slots: Vec<(Option<mcir_ir::Value>, TypeId, String, bool)> =
+            rv.slots.iter().map(|s| (s.fwd, s.ty, s.name.clone(), s.direct)).collect();
         (rv.e.func, slots, rv.pushes, path, rv.order)
     };
     // The tape: create the stacks on entry to the forward pass, push what the reverse
@@ -163,27 +163,35 @@ fn derive_function(
     let entry = fw.e.func.entry();
     let rule = &rules[fid.index()];
     let mut stacks = Vec::new();
-    for (k, (_, ty, name)) in slots.iter().enumerate() {
+    let mut created = 0;
+    for (fv, ty, name, direct) in slots.iter() {
+        if *direct {
+            stacks.push(fv.unwrap_or(tape_placeholder()));
+            continue;
+        }
         let sty = module.types.intern(Type::Stack(*ty));
-        let s = insert_at(&mut fw.e.func, entry, k, mcir_ir::Op::StackNew, vec![], sty, primal.span);
+        let s = insert_at(&mut fw.e.func, entry, created, mcir_ir::Op::StackNew, vec![], sty, primal.span);
+        created += 1;
         fw.e.func.values[s].name =
             Some(format!("{}_stack", name.rsplit_once('_').map(|p| p.0).unwrap_or(name)));
         stacks.push(s);
     }
-    let tape = insert_at(
-        &mut fw.e.func,
-        entry,
-        stacks.len(),
-        mcir_ir::Op::StructNew(rule.tape_sid),
-        stacks.clone(),
-        rule.tape_ty,
-        primal.span,
-    );
-    fw.e.func.values[tape].name = Some("tape".to_string());
     for (b, fv, slot) in pushes {
         let fb = fw.block_map[b.index()];
         fw.e.func.push_inst(fb, mcir_ir::Op::StackPush, vec![stacks[slot], fv], None, primal.span);
     }
+    // The tape is complete once the entry block has computed the values it holds directly.
+    let tape =
+        fw.e.func
+            .push_inst(
+                entry,
+                mcir_ir::Op::StructNew(rule.tape_sid),
+                stacks.clone(),
+                Some(rule.tape_ty),
+                primal.span,
+            )
+            .unwrap_or(tape_placeholder());
+    fw.e.func.values[tape].name = Some("tape".to_string());
     let path = path_slot.map(|s| stacks[s]);
     for (eb, k) in fw.edge_marks.clone() {
         if let Some(path) = path {
@@ -213,9 +221,15 @@ fn derive_function(
         fw.e.func.set_terminator(fb, mcir_ir::Terminator::Return(Some(t)), primal.blocks[r].term_span);
     }
     let _ = &mut rev;
-    let fwd_func = dce::remove_dead_code(&fw.e.func).rebuild(&fw.order);
-    let rev_func = dce::remove_dead_code(&rev).rebuild(&rev_order);
+    let _ = (&fw.order, &rev_order);
+    let fwd_func = dce::remove_dead_code(&fw.e.func).simplify_cfg();
+    let rev_func = dce::remove_dead_code(&rev).simplify_cfg();
     Ok((fwd_func, rev_func))
+}
+
+/// A value id that `push_inst` never returns in place of a real one.
+fn tape_placeholder() -> mcir_ir::Value {
+    mcir_ir::Value::new(0)
 }
 
 /// Inserts an instruction at position `pos` of `block`.

@@ -24,8 +24,11 @@ pub(crate) struct Slot {
     pub fwd: Option<Value>,
     pub ty: TypeId,
     pub name: String,
-    /// The stack, as read from the tape in the reverse pass.
+    /// The stack, as read from the tape in the reverse pass (for a direct slot, the value).
     pub rev_stack: Value,
+    /// A value of the forward pass's entry block, computed once per call: the tape holds
+    /// it directly instead of a stack of it.
+    pub direct: bool,
 }
 
 pub(crate) struct Reverse<'a> {
@@ -39,6 +42,8 @@ pub(crate) struct Reverse<'a> {
     corrupting: bool,
     tape: Value,
     tape_sid: mcir_ir::StructId,
+    /// Values defined in the forward pass's entry block.
+    fw_entry_values: std::collections::HashSet<Value>,
     pub slots: Vec<Slot>,
     slot_of: HashMap<Value, usize>,
     path_slot: Option<usize>,
@@ -138,6 +143,13 @@ impl<'a> Reverse<'a> {
             corrupting: false,
             tape,
             tape_sid: rule.tape_sid,
+            fw_entry_values: {
+                let f = &fw.e.func;
+                let entry = &f.blocks[f.entry()];
+                let mut set: std::collections::HashSet<Value> = entry.params.iter().copied().collect();
+                set.extend(entry.insts.iter().filter_map(|&i| f.insts[i].result));
+                set
+            },
             slots: Vec::new(),
             slot_of: HashMap::new(),
             path_slot: None,
@@ -160,17 +172,17 @@ impl<'a> Reverse<'a> {
 
     // ---- the tape ----
 
-    fn new_slot(&mut self, fwd: Option<Value>, ty: TypeId, name: String) -> usize {
+    fn new_slot(&mut self, fwd: Option<Value>, ty: TypeId, name: String, direct: bool) -> usize {
         let k = self.slots.len();
-        let stack_ty = self.types.intern(Type::Stack(ty));
+        let stack_ty = if direct { ty } else { self.types.intern(Type::Stack(ty)) };
         let entry = self.e.func.entry();
         let field_name = format!("{name}_{k}");
         self.types.struct_def_mut(self.tape_sid).fields.push((field_name.clone(), stack_ty));
         let get = Op::StructGet(self.tape_sid, k as u32);
         let s = self.e.func.push_inst(entry, get, vec![self.tape], Some(stack_ty), self.primal.span);
         let s = s.unwrap_or(self.tape);
-        self.e.func.values[s].name = Some(format!("{name}_stack"));
-        self.slots.push(Slot { fwd, ty, name: field_name, rev_stack: s });
+        self.e.func.values[s].name = Some(if direct { name } else { format!("{name}_stack") });
+        self.slots.push(Slot { fwd, ty, name: field_name, rev_stack: s, direct });
         k
     }
 
@@ -189,14 +201,18 @@ impl<'a> Reverse<'a> {
         }
         let ty = self.fw.e.ty(fv);
         let name = self.fw.e.func.values[fv].name.clone();
+        let direct = self.fw_entry_values.contains(&fv);
         let slot = match self.slot_of.get(&fv) {
             Some(&s) => s,
             None => {
-                let s = self.new_slot(Some(fv), ty, name.clone().unwrap_or_else(|| "v".to_string()));
+                let s = self.new_slot(Some(fv), ty, name.clone().unwrap_or_else(|| "v".to_string()), direct);
                 self.slot_of.insert(fv, s);
                 s
             }
         };
+        if direct {
+            return self.slots[slot].rev_stack;
+        }
         let stack = self.slots[slot].rev_stack;
         let v = self.insert_front(Op::StackPop, vec![stack], ty);
         self.e.func.values[v].name = name;
@@ -244,7 +260,7 @@ impl<'a> Reverse<'a> {
         let slot = match self.path_slot {
             Some(s) => s,
             None => {
-                let s = self.new_slot(None, TypeTable::I64, "path".to_string());
+                let s = self.new_slot(None, TypeTable::I64, "path".to_string(), false);
                 self.path_slot = Some(s);
                 s
             }

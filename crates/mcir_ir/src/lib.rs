@@ -14,6 +14,7 @@ pub mod function;
 pub mod op;
 pub mod parse;
 pub mod print;
+pub mod simplify;
 pub mod types;
 pub mod verify;
 
