@@ -20,6 +20,7 @@ pub use mcir_ad::{AdError, Options as AdOptions};
 pub struct Differentiated {
     derived: Derived,
     drivers: HashMap<(FuncId, Vec<bool>), FuncId>,
+    probes: HashMap<FuncId, FuncId>,
 }
 
 /// What a VJP computes: the function's value and the cotangent of each argument upon
@@ -36,7 +37,7 @@ impl Program {
     /// Derives the reverse rule of every function.
     pub fn differentiate(&self, options: &AdOptions) -> Result<Differentiated, AdError> {
         let derived = mcir_ad::derive(&self.module, options)?;
-        Ok(Differentiated { derived, drivers: HashMap::new() })
+        Ok(Differentiated { derived, drivers: HashMap::new(), probes: HashMap::new() })
     }
 
     /// `mcc grad`: the value and the cotangent of every argument upon entry, as the JSON
@@ -138,6 +139,17 @@ impl Differentiated {
     /// The module with every derived function.
     pub fn module(&self) -> &Module {
         &self.derived.module
+    }
+
+    /// The function `f$probe` that runs `f`'s forward pass alone (see
+    /// [`mcir_ad::probe_driver`]).
+    pub fn probe(&mut self, f: FuncId) -> Result<FuncId, AdError> {
+        if let Some(&p) = self.probes.get(&f) {
+            return Ok(p);
+        }
+        let p = mcir_ad::probe_driver(&mut self.derived, f)?;
+        self.probes.insert(f, p);
+        Ok(p)
     }
 
     /// The derived rule of `f`.

@@ -10,11 +10,14 @@
 
 #![deny(missing_docs)]
 
+pub mod check;
 mod diagnostics;
 mod error;
 pub mod grad;
 pub mod json;
+mod probe;
 
+pub use check::{CheckOptions, CheckReport, Failure};
 pub use diagnostics::SourceFile;
 pub use error::{ArgError, CompileError, EntryError, GradError, RunError};
 pub use grad::{AdError, AdOptions, Differentiated, Vjp};

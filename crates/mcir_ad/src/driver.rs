@@ -294,3 +294,50 @@ fn add_tangent(
     }
     Ok(e.tuple(types, items))
 }
+
+/// Adds `f$probe` for the primal function `f`: it builds zero shadows for the arguments,
+/// runs the forward pass only, and returns `(forward output, argument shadows..)`, so
+/// that a checker can compare the structure of the shadows with that of the primal data
+/// (one shadow per address, aliasing preserved).
+pub fn probe_driver(derived: &mut Derived, f: FuncId) -> Result<FuncId, AdError> {
+    let primal = derived.module.funcs[f].clone();
+    let rule = derived.rule(f).clone();
+    let types = &mut derived.module.types;
+    let params: Vec<(Option<String>, TypeId)> = primal
+        .param_values()
+        .iter()
+        .zip(&primal.params)
+        .map(|(&p, &t)| (primal.values[p].name.clone(), t))
+        .collect();
+    let mut outs = vec![rule.fwd_ret];
+    for &t in &primal.params {
+        for leaf in fdata_leaves(types, t) {
+            outs.push(tangent_type(types, leaf.ty));
+        }
+    }
+    let ret = types.intern(Type::Tuple(outs));
+    let name = format!("{}$probe", primal.name);
+    let mut e = Emit::new(Function::new(&name, &params, Some(ret)));
+    e.span = primal.span;
+    let xs: Vec<Value> = e.func.param_values().to_vec();
+    let mut shadows = Vec::new();
+    for (i, &t) in primal.params.iter().enumerate() {
+        for leaf in fdata_leaves(types, t) {
+            let part = primal_extract(&mut e, types, xs[i], &leaf.path);
+            shadows.push(zero_shadow(&mut e, types, leaf.ty, part)?);
+        }
+    }
+    let mut fargs = xs.clone();
+    fargs.extend(shadows.iter().copied());
+    let out = e.val(Op::Call(rule.fwd), fargs, rule.fwd_ret);
+    let mut items = vec![out];
+    items.extend(shadows);
+    let result = e.val(Op::TupleNew, items, ret);
+    let block = e.block;
+    e.func.set_terminator(block, Terminator::Return(Some(result)), primal.span);
+    let id = derived.module.add_function(e.func);
+    if let Err(err) = mcir_ir::verify_function(&derived.module, &derived.module.funcs[id]) {
+        return Err(AdError::internal(&primal.name, format!("the probe does not verify: {}", err.message)));
+    }
+    Ok(id)
+}

@@ -26,7 +26,7 @@ mod forward;
 mod reverse;
 pub mod tangent;
 
-pub use driver::{vjp_driver, SeedPattern};
+pub use driver::{probe_driver, vjp_driver, SeedPattern};
 pub use reverse::rule_name;
 
 use mcir_ir::entity::EntityRef;

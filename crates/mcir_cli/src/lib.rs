@@ -78,6 +78,29 @@ enum Command {
         #[arg(long = "seed-args", value_name = "JSON")]
         seed_args: Option<String>,
     },
+    /// Check the derived rule against finite differences (CLI.md `check`).
+    Check {
+        #[command(flatten)]
+        common: Common,
+        /// JSON array of arguments, or @path.json (default: random arguments per trial).
+        #[arg(long, value_name = "ARGS")]
+        args: Option<String>,
+        /// Random draws.
+        #[arg(long, default_value_t = 5)]
+        trials: usize,
+        /// Relative tolerance.
+        #[arg(long, default_value_t = 1e-6)]
+        rtol: f64,
+        /// Seed of the random draws.
+        #[arg(long, default_value_t = 0x6d63_6972)]
+        seed: u64,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Corrupt the reverse rule of this op on purpose (to see the checker catch it).
+        #[arg(long, value_name = "OP", hide = true)]
+        corrupt_rule: Option<String>,
+    },
     /// Print the IR of the program (or of one function with --fn).
     Ir {
         #[command(flatten)]
@@ -119,6 +142,11 @@ pub fn run(args: Vec<OsString>, stdin: &mut dyn Read) -> Outcome {
     match cli.command {
         Command::Run { common, args } => cmd_run(&common, args.as_deref(), stdin),
         Command::Ir { common, stage } => cmd_ir(&common, stage, stdin),
+        Command::Check { common, args, trials, rtol, seed, json, corrupt_rule } => {
+            let options =
+                mcir::CheckOptions { trials, rtol, seed, ad: mcir::AdOptions { corrupt: corrupt_rule } };
+            cmd_check(&common, args.as_deref(), &options, json, stdin)
+        }
         Command::Grad { common, args, seed, seed_args } => {
             cmd_grad(&common, args.as_deref(), seed.as_deref(), seed_args.as_deref(), stdin)
         }
@@ -209,6 +237,56 @@ fn cmd_grad(
             Err(mcir::GradError::Args(e)) => Err(Outcome::usage(e)),
             Err(mcir::GradError::Runtime(e)) => Err(Outcome::program(program.render_runtime_error(&e))),
             Err(mcir::GradError::Derive(e)) => Err(Outcome::program(format!("error: {e}\n"))),
+        }
+    })();
+    result.unwrap_or_else(|o| o)
+}
+
+fn cmd_check(
+    common: &Common,
+    args: Option<&str>,
+    options: &mcir::CheckOptions,
+    json: bool,
+    stdin: &mut dyn Read,
+) -> Outcome {
+    let result = (|| {
+        if options.trials == 0 || options.trials > 100_000 {
+            return Err(Outcome::usage("--trials must be between 1 and 100000"));
+        }
+        if !(options.rtol.is_finite() && options.rtol > 0.0) {
+            return Err(Outcome::usage("--rtol must be a positive number"));
+        }
+        let limits = limits(common)?;
+        let program = compile(common, stdin)?;
+        let func = program.entry(common.func.as_deref()).map_err(Outcome::usage)?;
+        let args = args.map(|a| read_json_arg("--args", a)).transpose()?;
+        let report = match program.check(func, args.as_deref(), options, &limits) {
+            Ok(r) => r,
+            Err(mcir::GradError::Args(e)) => return Err(Outcome::usage(e)),
+            Err(mcir::GradError::Runtime(e)) => {
+                return Err(Outcome::program(program.render_runtime_error(&e)))
+            }
+            Err(mcir::GradError::Derive(e)) => return Err(Outcome::program(format!("error: {e}\n"))),
+        };
+        let stdout = if json { report.to_json() + "\n" } else { report.render() };
+        if report.passed() {
+            Ok(Outcome::ok(stdout))
+        } else {
+            let only_errors = report.failures.iter().all(|f| matches!(f, mcir::Failure::Error { .. }));
+            let why = if report.failures.is_empty() {
+                "no trial could be checked: the function is not finite at any drawn arguments".to_string()
+            } else if only_errors {
+                format!(
+                    "`{}` fails at the arguments checked (see the report); give valid ones with --args",
+                    report.function
+                )
+            } else {
+                format!(
+                    "the derived rule of `{}` does not agree with finite differences (see the report)",
+                    report.function
+                )
+            };
+            Ok(Outcome { code: 1, stdout, stderr: format!("error: {why}\n") })
         }
     })();
     result.unwrap_or_else(|o| o)

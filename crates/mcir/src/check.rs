@@ -1,0 +1,812 @@
+//! The rule checker behind `mcc check`, modelled on Mooncake's `test_rule`: at given or
+//! random arguments, the derived reverse rule is compared with central finite
+//! differences of the primal over its result *and* the arguments' state after the call,
+//! with random cotangents on both; the dot-product identity `<JVP(v), w> = <v, VJP(w)>`
+//! holds with a finite-difference JVP; the reverse pass leaves the arguments as it found
+//! them; and the forward pass gives each address exactly one shadow.
+
+use crate::error::GradError;
+use crate::grad::{deep_copy_all, AdOptions, Differentiated};
+use crate::Program;
+use mcir_ad::tangent::{fdata_leaves, has_tangent};
+use mcir_interp::{Array, ArrayData, Limits, Val};
+use mcir_ir::{FuncId, Module, Scalar, Type, TypeId, TypeTable};
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::rc::Rc;
+
+/// How to check.
+#[derive(Clone, Debug)]
+pub struct CheckOptions {
+    /// Random draws (of arguments, unless given, and of directions and cotangents).
+    pub trials: usize,
+    /// Relative tolerance.
+    pub rtol: f64,
+    /// Seed of the random draws.
+    pub seed: u64,
+    /// Corrupts a rule on purpose (for testing the checker itself).
+    pub ad: AdOptions,
+}
+
+impl Default for CheckOptions {
+    fn default() -> Self {
+        CheckOptions { trials: 5, rtol: 1e-6, seed: 0x6d63_6972, ad: AdOptions::default() }
+    }
+}
+
+/// One disagreement found by the checker.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Failure {
+    /// Reverse mode and finite differences disagree on one component of an argument.
+    Component {
+        /// The trial (from 1).
+        trial: usize,
+        /// The argument's position.
+        arg: usize,
+        /// The argument's name and the component (`x[2]`, `p.y[1]`).
+        component: String,
+        /// The cotangent reverse mode computes for it.
+        reverse: f64,
+        /// What finite differences give.
+        finite_difference: f64,
+    },
+    /// The dot-product identity fails for a random direction.
+    DotProduct {
+        /// The trial (from 1).
+        trial: usize,
+        /// `<v, VJP(w)>`.
+        reverse: f64,
+        /// `<JVP(v), w>` by finite differences.
+        finite_difference: f64,
+    },
+    /// After forward and reverse pass an argument is not in its entry state.
+    NotRestored {
+        /// The trial (from 1).
+        trial: usize,
+        /// The argument's position.
+        arg: usize,
+        /// Its name.
+        name: String,
+    },
+    /// Two addresses share a shadow, or one address has two.
+    Aliasing {
+        /// The trial (from 1).
+        trial: usize,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The program failed while being checked.
+    Error {
+        /// The trial (from 1).
+        trial: usize,
+        /// The rendered error.
+        message: String,
+    },
+}
+
+/// What the checker found.
+#[derive(Clone, Debug, Default)]
+pub struct CheckReport {
+    /// The function checked.
+    pub function: String,
+    /// Trials run, and how many of them had a non-finite value and were skipped.
+    pub trials: usize,
+    /// Trials skipped.
+    pub skipped: usize,
+    /// Every disagreement.
+    pub failures: Vec<Failure>,
+    /// Built-in rules that fail on their own, when the function fails: `(rule, detail)`.
+    pub suspects: Vec<(String, String)>,
+    /// Components compared.
+    pub compared: usize,
+}
+
+impl CheckReport {
+    /// Whether everything agreed.
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty() && self.skipped < self.trials
+    }
+
+    /// The report as text.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "check `{}`: {} trial{}, {} component comparisons",
+            self.function,
+            self.trials,
+            if self.trials == 1 { "" } else { "s" },
+            self.compared
+        );
+        if self.skipped > 0 {
+            let _ = writeln!(
+                s,
+                "  {} trial(s) skipped: the function is not finite at the drawn arguments",
+                self.skipped
+            );
+        }
+        const SHOWN: usize = 12;
+        for f in self.failures.iter().take(SHOWN) {
+            let _ = match f {
+                Failure::Component { trial, arg, component, reverse, finite_difference } => writeln!(
+                    s,
+                    "  FAIL trial {trial}: argument {arg}, component `{component}`: reverse mode gives {}, finite differences give {}",
+                    show(*reverse),
+                    show(*finite_difference)
+                ),
+                Failure::DotProduct { trial, reverse, finite_difference } => writeln!(
+                    s,
+                    "  FAIL trial {trial}: dot-product identity: <v, VJP(w)> = {} but <JVP(v), w> = {} by finite differences",
+                    show(*reverse),
+                    show(*finite_difference)
+                ),
+                Failure::NotRestored { trial, arg, name } => writeln!(
+                    s,
+                    "  FAIL trial {trial}: argument {arg} (`{name}`) is not restored to its entry state by the reverse pass"
+                ),
+                Failure::Aliasing { trial, detail } => writeln!(s, "  FAIL trial {trial}: aliasing: {detail}"),
+                Failure::Error { trial, message } => writeln!(s, "  FAIL trial {trial}: {message}"),
+            };
+        }
+        if self.failures.len() > SHOWN {
+            let _ = writeln!(s, "  ... and {} more disagreements", self.failures.len() - SHOWN);
+        }
+        for (rule, detail) in &self.suspects {
+            let _ = writeln!(s, "  the rule of `{rule}` is wrong on its own: {detail}");
+        }
+        let _ = writeln!(s, "{}", if self.passed() { "ok: all checks agree" } else { "FAILED" });
+        s
+    }
+
+    /// The report as a JSON document.
+    pub fn to_json(&self) -> String {
+        let mut fails = Vec::new();
+        for f in &self.failures {
+            let j = match f {
+                Failure::Component { trial, arg, component, reverse, finite_difference } => {
+                    serde_json::json!({
+                        "check": "component", "trial": trial, "argument": arg, "component": component,
+                        "reverse": num(*reverse), "finite_difference": num(*finite_difference)
+                    })
+                }
+                Failure::DotProduct { trial, reverse, finite_difference } => serde_json::json!({
+                    "check": "dot_product", "trial": trial,
+                    "reverse": num(*reverse), "finite_difference": num(*finite_difference)
+                }),
+                Failure::NotRestored { trial, arg, name } => {
+                    serde_json::json!({"check": "restored", "trial": trial, "argument": arg, "name": name})
+                }
+                Failure::Aliasing { trial, detail } => {
+                    serde_json::json!({"check": "aliasing", "trial": trial, "detail": detail})
+                }
+                Failure::Error { trial, message } => {
+                    serde_json::json!({"check": "error", "trial": trial, "message": message})
+                }
+            };
+            fails.push(j);
+        }
+        let suspects: Vec<serde_json::Value> =
+            self.suspects.iter().map(|(r, d)| serde_json::json!({"rule": r, "detail": d})).collect();
+        serde_json::json!({
+            "function": self.function, "passed": self.passed(), "trials": self.trials,
+            "skipped": self.skipped, "compared": self.compared, "failures": fails, "suspect_rules": suspects
+        })
+        .to_string()
+    }
+}
+
+/// A number for people: six significant digits.
+pub(crate) fn show(x: f64) -> String {
+    if x == 0.0 || (1e-3..1e6).contains(&x.abs()) {
+        let t = format!("{x:.6}");
+        let t = t.trim_end_matches('0').trim_end_matches('.');
+        t.to_string()
+    } else {
+        format!("{x:.5e}")
+    }
+}
+
+fn num(x: f64) -> serde_json::Value {
+    serde_json::Number::from_f64(x)
+        .map(serde_json::Value::Number)
+        .unwrap_or_else(|| serde_json::Value::String(format!("{x}")))
+}
+
+/// SplitMix64: small, seedable, and good enough for test draws.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from a seed.
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn uniform(&mut self) -> f64 {
+        ((self.next() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+
+    /// A number in `lo..=hi`.
+    pub fn range(&mut self, lo: i64, hi: i64) -> i64 {
+        lo + (self.next() % (hi - lo + 1) as u64) as i64
+    }
+
+    /// A standard normal sample.
+    pub fn normal(&mut self) -> f64 {
+        let (u, v) = (self.uniform(), self.uniform());
+        (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
+    }
+}
+
+/// Random arguments as CLI.md describes them: `f64` from N(0, 1), `extent` (3 to 6)
+/// elements per array dimension, `i64` in 1..=3, random `bool`. One extent serves every
+/// array of a draw, so that arrays meant to have one shape have it.
+pub fn random_value(rng: &mut Rng, types: &TypeTable, t: TypeId, extent: usize) -> Val {
+    match types.get(t) {
+        Type::Scalar(Scalar::F64) => Val::F64(rng.normal()),
+        Type::Scalar(Scalar::I64) => Val::I64(rng.range(1, 3)),
+        Type::Scalar(Scalar::Bool) => Val::Bool(rng.range(0, 1) == 1),
+        Type::Array { elem, rank } => {
+            let shape: Vec<usize> = vec![extent; *rank as usize];
+            let n: usize = shape.iter().product();
+            let data = match elem {
+                Scalar::F64 => ArrayData::F64((0..n).map(|_| rng.normal()).collect()),
+                Scalar::I64 => ArrayData::I64((0..n).map(|_| rng.range(1, 3)).collect()),
+                Scalar::Bool => ArrayData::Bool((0..n).map(|_| rng.range(0, 1) == 1).collect()),
+            };
+            Val::Array(Array::new(shape, data))
+        }
+        Type::Ref(inner) => Val::new_ref(random_value(rng, types, *inner, extent)),
+        Type::Tuple(items) => Val::Agg(items.iter().map(|&i| random_value(rng, types, i, extent)).collect()),
+        Type::Struct(_) => match types.as_struct(t) {
+            Some((_, d)) => {
+                let fields: Vec<Val> =
+                    d.fields.iter().map(|f| random_value(rng, types, f.1, extent)).collect();
+                if d.mutable {
+                    Val::new_mut(fields)
+                } else {
+                    Val::Agg(fields.into())
+                }
+            }
+            None => Val::Unit,
+        },
+        Type::Stack(_) => Val::Unit,
+    }
+}
+
+/// The differentiable scalars of a value of type `t`, in a fixed order, with labels.
+fn flatten(types: &TypeTable, t: TypeId, v: &Val, label: &str, out: &mut Vec<(String, f64)>) {
+    if !has_tangent(types, t) {
+        return;
+    }
+    match (types.get(t), v) {
+        (Type::Scalar(_), Val::F64(x)) => out.push((label.to_string(), *x)),
+        (Type::Array { .. }, Val::Array(a)) => {
+            if let ArrayData::F64(d) = &*a.data.borrow() {
+                for (k, x) in d.iter().enumerate() {
+                    out.push((format!("{label}[{}]", index_text(&a.shape, k)), *x));
+                }
+            }
+        }
+        (Type::Ref(inner), Val::Ref(c)) => flatten(types, *inner, &c.borrow(), &format!("(*{label})"), out),
+        (Type::Tuple(items), Val::Agg(f)) => {
+            for (i, (&it, fv)) in items.iter().zip(f.iter()).enumerate() {
+                flatten(types, it, fv, &format!("{label}.{i}"), out);
+            }
+        }
+        (Type::Struct(_), Val::Agg(_) | Val::Mut(_)) => {
+            let fields = fields_of(v);
+            if let Some((_, d)) = types.as_struct(t) {
+                for ((name, ft), fv) in d.fields.iter().zip(&fields) {
+                    flatten(types, *ft, fv, &format!("{label}.{name}"), out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn index_text(shape: &[usize], mut flat: usize) -> String {
+    let mut idx = vec![0; shape.len()];
+    for d in (0..shape.len()).rev() {
+        let n = shape[d].max(1);
+        idx[d] = flat % n;
+        flat /= n;
+    }
+    idx.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+fn fields_of(v: &Val) -> Vec<Val> {
+    match v {
+        Val::Agg(f) => f.to_vec(),
+        Val::Mut(f) => f.borrow().clone(),
+        _ => Vec::new(),
+    }
+}
+
+fn values_of(types: &TypeTable, t: TypeId, v: &Val) -> Vec<f64> {
+    let mut out = Vec::new();
+    flatten(types, t, v, "", &mut out);
+    out.into_iter().map(|p| p.1).collect()
+}
+
+/// A fresh copy of `v` (of type `t`) with its differentiable scalars taken from `vals`.
+fn rebuild(types: &TypeTable, t: TypeId, v: &Val, vals: &mut dyn Iterator<Item = f64>) -> Val {
+    if !has_tangent(types, t) {
+        return deep_copy_all(std::slice::from_ref(v)).remove(0);
+    }
+    match (types.get(t), v) {
+        (Type::Scalar(_), Val::F64(_)) => Val::F64(vals.next().unwrap_or(0.0)),
+        (Type::Array { .. }, Val::Array(a)) => {
+            let n = a.data.borrow().len();
+            let data: Vec<f64> = (0..n).map(|_| vals.next().unwrap_or(0.0)).collect();
+            Val::Array(Array::new(a.shape.clone(), ArrayData::F64(data)))
+        }
+        (Type::Ref(inner), Val::Ref(c)) => Val::new_ref(rebuild(types, *inner, &c.borrow(), vals)),
+        (Type::Tuple(items), Val::Agg(f)) => {
+            Val::Agg(items.iter().zip(f.iter()).map(|(&it, fv)| rebuild(types, it, fv, vals)).collect())
+        }
+        (Type::Struct(_), Val::Agg(_) | Val::Mut(_)) => {
+            let fields = fields_of(v);
+            let Some((_, d)) = types.as_struct(t) else { return Val::Unit };
+            let new: Vec<Val> =
+                d.fields.iter().zip(&fields).map(|(f, fv)| rebuild(types, f.1, fv, vals)).collect();
+            if d.mutable {
+                Val::new_mut(new)
+            } else {
+                Val::Agg(new.into())
+            }
+        }
+        _ => v.clone(),
+    }
+}
+
+/// The scalars of a tangent value of the tangent type of `t`, in the order of [`flatten`].
+fn flatten_tangent(types: &TypeTable, t: TypeId, v: &Val, out: &mut Vec<f64>) {
+    if !has_tangent(types, t) {
+        return;
+    }
+    match (types.get(t), v) {
+        (Type::Scalar(_), Val::F64(x)) => out.push(*x),
+        (Type::Array { .. }, Val::Array(a)) => {
+            if let ArrayData::F64(d) = &*a.data.borrow() {
+                out.extend(d.iter().copied());
+            }
+        }
+        (Type::Ref(inner), Val::Ref(c)) => flatten_tangent(types, *inner, &c.borrow(), out),
+        (Type::Tuple(items), Val::Agg(f)) => {
+            for (&it, fv) in items.iter().zip(f.iter()) {
+                flatten_tangent(types, it, fv, out);
+            }
+        }
+        (Type::Struct(_), Val::Agg(_) | Val::Mut(_)) => {
+            let fields = fields_of(v);
+            if let Some((_, d)) = types.as_struct(t) {
+                for ((_, ft), fv) in d.fields.iter().zip(&fields) {
+                    flatten_tangent(types, *ft, fv, out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A tangent value shaped like `like` (of type `t`) whose scalars come from `vals`.
+fn tangent_from(types: &TypeTable, t: TypeId, like: &Val, vals: &mut dyn Iterator<Item = f64>) -> Val {
+    if !has_tangent(types, t) {
+        return Val::Unit;
+    }
+    match (types.get(t), like) {
+        (Type::Scalar(_), _) => Val::F64(vals.next().unwrap_or(0.0)),
+        (Type::Array { .. }, Val::Array(a)) => {
+            let n = a.data.borrow().len();
+            Val::Array(Array::new(
+                a.shape.clone(),
+                ArrayData::F64((0..n).map(|_| vals.next().unwrap_or(0.0)).collect()),
+            ))
+        }
+        (Type::Ref(inner), Val::Ref(c)) => Val::new_ref(tangent_from(types, *inner, &c.borrow(), vals)),
+        (Type::Tuple(items), Val::Agg(f)) => {
+            Val::Agg(items.iter().zip(f.iter()).map(|(&it, fv)| tangent_from(types, it, fv, vals)).collect())
+        }
+        (Type::Struct(_), Val::Agg(_) | Val::Mut(_)) => {
+            let fields = fields_of(like);
+            let Some((_, d)) = types.as_struct(t) else { return Val::Unit };
+            let new: Vec<Val> =
+                d.fields.iter().zip(&fields).map(|(f, fv)| tangent_from(types, f.1, fv, vals)).collect();
+            if d.mutable {
+                Val::new_mut(new)
+            } else {
+                Val::Agg(new.into())
+            }
+        }
+        _ => Val::Unit,
+    }
+}
+
+/// Whether two values hold the same data (NaN equals NaN), shapes included.
+fn same_state(a: &Val, b: &Val) -> bool {
+    match (a, b) {
+        (Val::F64(x), Val::F64(y)) => x == y || (x.is_nan() && y.is_nan()),
+        (Val::I64(x), Val::I64(y)) => x == y,
+        (Val::Bool(x), Val::Bool(y)) => x == y,
+        (Val::Unit, Val::Unit) => true,
+        (Val::Array(x), Val::Array(y)) => {
+            x.shape == y.shape
+                && match (&*x.data.borrow(), &*y.data.borrow()) {
+                    (ArrayData::F64(p), ArrayData::F64(q)) => {
+                        p.iter().zip(q).all(|(u, v)| u == v || (u.is_nan() && v.is_nan()))
+                    }
+                    (p, q) => p == q,
+                }
+        }
+        (Val::Ref(x), Val::Ref(y)) => Rc::ptr_eq(x, y) || same_state(&x.borrow(), &y.borrow()),
+        (Val::Agg(x), Val::Agg(y)) => {
+            x.len() == y.len() && x.iter().zip(y.iter()).all(|(p, q)| same_state(p, q))
+        }
+        (Val::Mut(x), Val::Mut(y)) => {
+            Rc::ptr_eq(x, y) || {
+                let (p, q) = (x.borrow(), y.borrow());
+                p.len() == q.len() && p.iter().zip(q.iter()).all(|(u, v)| same_state(u, v))
+            }
+        }
+        _ => false,
+    }
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// A primal evaluation: the result's and the arguments' differentiable scalars after the
+/// call, the result, and the arguments after the call.
+type Evaluation = (Vec<f64>, Vec<f64>, Option<Val>, Vec<Val>);
+
+const STEPS: [f64; 7] = [1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8];
+
+fn close(a: f64, b: f64, rtol: f64, scale: f64) -> bool {
+    (a - b).abs() <= rtol * a.abs().max(b.abs()) + 1e-9 * scale.max(1e-300)
+}
+
+impl Program {
+    /// Checks the derived rule of `func` (see the module documentation). `args` fixes the
+    /// arguments (JSON); otherwise each trial draws them.
+    pub fn check(
+        &self,
+        func: FuncId,
+        args: Option<&str>,
+        options: &CheckOptions,
+        limits: &Limits,
+    ) -> Result<CheckReport, GradError> {
+        let fixed = match args {
+            Some(a) => Some(crate::json::decode_args(&self.module, func, a).map_err(GradError::Args)?),
+            None => None,
+        };
+        let mut d = self.differentiate(&options.ad).map_err(GradError::Derive)?;
+        let mut report = check_with(self, &mut d, func, fixed.as_deref(), options, limits);
+        if !report.failures.is_empty() {
+            report.suspects = crate::probe::suspect_rules(self, func, options, limits);
+        }
+        Ok(report)
+    }
+}
+
+/// The checks, with rules already derived (possibly corrupted on purpose).
+pub(crate) fn check_with(
+    program: &Program,
+    d: &mut Differentiated,
+    func: FuncId,
+    fixed: Option<&[Val]>,
+    options: &CheckOptions,
+    limits: &Limits,
+) -> CheckReport {
+    let module: &Module = &program.module;
+    let f = &module.funcs[func];
+    let types = &module.types;
+    let names: Vec<String> = f
+        .param_values()
+        .iter()
+        .enumerate()
+        .map(|(i, &p)| f.values[p].name.clone().unwrap_or_else(|| format!("arg{i}")))
+        .collect();
+    let mut rng = Rng::new(options.seed);
+    let mut report = CheckReport { function: f.name.clone(), trials: options.trials, ..Default::default() };
+    let render = |e: &mcir_interp::RuntimeError| {
+        let text = program.render_runtime_error(e);
+        text.lines().next().unwrap_or("").trim_start_matches("error: ").to_string()
+    };
+    for trial in 1..=options.trials {
+        let x: Vec<Val> = match fixed {
+            Some(a) => deep_copy_all(a),
+            None => {
+                let extent = rng.range(3, 6) as usize;
+                f.params.iter().map(|&t| random_value(&mut rng, types, t, extent)).collect()
+            }
+        };
+        // The primal at x, and a function that evaluates (y, x_post) flattened.
+        let eval = |xs: &[Val]| -> Result<Evaluation, mcir_interp::RuntimeError> {
+            let copies = deep_copy_all(xs);
+            let y = program.call(func, &copies, limits)?;
+            let mut yv = Vec::new();
+            if let (Some(v), Some(t)) = (&y, f.ret) {
+                yv = values_of(types, t, v);
+            }
+            let mut post = Vec::new();
+            for (v, &t) in copies.iter().zip(&f.params) {
+                post.extend(values_of(types, t, v));
+            }
+            Ok((yv, post, y, copies))
+        };
+        let (y0, post0, yval, post_args) = match eval(&x) {
+            Ok(r) => r,
+            Err(e) => {
+                report
+                    .failures
+                    .push(Failure::Error { trial, message: format!("the primal fails: {}", render(&e)) });
+                continue;
+            }
+        };
+        let mut comps: Vec<(usize, String, f64)> = Vec::new();
+        for (i, (v, &t)) in x.iter().zip(&f.params).enumerate() {
+            let mut flat = Vec::new();
+            flatten(types, t, v, &names[i], &mut flat);
+            comps.extend(flat.into_iter().map(|(l, val)| (i, l, val)));
+        }
+        if y0.iter().chain(&post0).chain(comps.iter().map(|c| &c.2)).any(|v| !v.is_finite()) {
+            report.skipped += 1;
+            continue;
+        }
+        // Random cotangents on the result and on the arguments' state after the call.
+        let ybar: Vec<f64> = (0..y0.len()).map(|_| rng.normal()).collect();
+        let wbar: Vec<f64> = (0..post0.len()).map(|_| rng.normal()).collect();
+        let seed = match (&yval, f.ret) {
+            (Some(v), Some(t)) if has_tangent(types, t) => {
+                Some(tangent_from(types, t, v, &mut ybar.iter().copied()))
+            }
+            _ => None,
+        };
+        let mut wit = wbar.iter().copied();
+        let seed_args: Vec<Option<Val>> = post_args
+            .iter()
+            .zip(&f.params)
+            .map(
+                |(v, &t)| {
+                    if has_tangent(types, t) {
+                        Some(tangent_from(types, t, v, &mut wit))
+                    } else {
+                        None
+                    }
+                },
+            )
+            .collect();
+        let x_for_vjp = deep_copy_all(&x);
+        let before = deep_copy_all(&x_for_vjp);
+        let vjp = match d.vjp(func, &x_for_vjp, seed, &seed_args, limits) {
+            Ok(v) => v,
+            Err(e) => {
+                report.failures.push(Failure::Error {
+                    trial,
+                    message: format!("the derived rule fails: {}", render(&e)),
+                });
+                continue;
+            }
+        };
+        for (i, (a, b)) in x_for_vjp.iter().zip(&before).enumerate() {
+            if !same_state(a, b) {
+                report.failures.push(Failure::NotRestored { trial, arg: i, name: names[i].clone() });
+            }
+        }
+        let mut grad = Vec::new();
+        for (g, &t) in vjp.gradient.iter().zip(&f.params) {
+            flatten_tangent(types, t, g, &mut grad);
+        }
+        if grad.len() != comps.len() {
+            report.failures.push(Failure::Error {
+                trial,
+                message: format!("the gradient has {} components, the arguments {}", grad.len(), comps.len()),
+            });
+            continue;
+        }
+        // Finite differences along a direction: <ybar, dy> + <wbar, dpost>, at the first
+        // step size that agrees with `want` (or the last that could be evaluated).
+        let base: Vec<f64> = comps.iter().map(|c| c.2).collect();
+        let directional = |dir: &[f64], want: f64| -> Option<(f64, bool)> {
+            let mut last = None;
+            for h in STEPS {
+                let shifted = |sign: f64| -> Vec<Val> {
+                    let mut vals = base.iter().zip(dir).map(|(b, d)| b + sign * h * d);
+                    x.iter().zip(&f.params).map(|(v, &t)| rebuild(types, t, v, &mut vals)).collect()
+                };
+                let (Ok(p), Ok(m)) = (eval(&shifted(1.0)), eval(&shifted(-1.0))) else { continue };
+                if p.0.len() != y0.len()
+                    || p.1.len() != post0.len()
+                    || m.0.len() != y0.len()
+                    || m.1.len() != post0.len()
+                {
+                    continue;
+                }
+                let dy: Vec<f64> = p.0.iter().zip(&m.0).map(|(a, b)| (a - b) / (2.0 * h)).collect();
+                let dp: Vec<f64> = p.1.iter().zip(&m.1).map(|(a, b)| (a - b) / (2.0 * h)).collect();
+                let fd = dot(&ybar, &dy) + dot(&wbar, &dp);
+                if !fd.is_finite() {
+                    continue;
+                }
+                let scale: f64 = ybar.iter().zip(&dy).map(|(a, b)| (a * b).abs()).sum::<f64>()
+                    + wbar.iter().zip(&dp).map(|(a, b)| (a * b).abs()).sum::<f64>();
+                if close(fd, want, options.rtol, scale) {
+                    return Some((fd, true));
+                }
+                last = Some((fd, false));
+            }
+            last
+        };
+        // Each component on its own (at most 64, chosen at random beyond that).
+        let mut picks: Vec<usize> = (0..comps.len()).collect();
+        while picks.len() > 64 {
+            let k = rng.range(0, picks.len() as i64 - 1) as usize;
+            picks.swap_remove(k);
+        }
+        for j in picks {
+            let mut e = vec![0.0; comps.len()];
+            e[j] = 1.0;
+            report.compared += 1;
+            if let Some((fd, false)) = directional(&e, grad[j]) {
+                let (arg, label, _) = &comps[j];
+                report.failures.push(Failure::Component {
+                    trial,
+                    arg: *arg,
+                    component: label.clone(),
+                    reverse: grad[j],
+                    finite_difference: fd,
+                });
+            }
+        }
+        // The dot-product identity along a random direction.
+        if !comps.is_empty() {
+            let mut v: Vec<f64> = (0..comps.len()).map(|_| rng.normal()).collect();
+            let norm = dot(&v, &v).sqrt().max(1e-300);
+            v.iter_mut().for_each(|x| *x /= norm);
+            let ad = dot(&v, &grad);
+            if let Some((fd, false)) = directional(&v, ad) {
+                report.failures.push(Failure::DotProduct { trial, reverse: ad, finite_difference: fd });
+            }
+        }
+        // One shadow per address after the forward pass.
+        if let Err(detail) = check_aliasing(d, func, &x, limits) {
+            report.failures.push(Failure::Aliasing { trial, detail });
+        }
+    }
+    report
+}
+
+/// Runs the forward pass alone and checks that primal addresses and shadow addresses
+/// correspond one to one, with equal shapes.
+fn check_aliasing(d: &mut Differentiated, func: FuncId, x: &[Val], limits: &Limits) -> Result<(), String> {
+    let probe = d.probe(func).map_err(|e| e.to_string())?;
+    let module = d.module();
+    let f = &module.funcs[func];
+    let types = &module.types;
+    let args = deep_copy_all(x);
+    let mut interp = mcir_interp::Interpreter::new(module, limits.clone());
+    let out = interp.call(probe, args.clone()).map_err(|e| format!("the forward pass fails: {e}"))?;
+    let Some(Val::Agg(items)) = out else { return Err("the probe returned no tuple".into()) };
+    let mut pairs = Pairs::default();
+    let mut k = 1;
+    for (i, &t) in f.params.iter().enumerate() {
+        for leaf in fdata_leaves(types, t) {
+            let part = extract(&args[i], &leaf.path);
+            let shadow = items.get(k).cloned().unwrap_or(Val::Unit);
+            k += 1;
+            pairs.walk(types, leaf.ty, &part, &shadow)?;
+        }
+    }
+    if let (Some(r), Some(Val::Agg(fo))) = (f.ret, items.first()) {
+        let y = fo.first().cloned().unwrap_or(Val::Unit);
+        for (j, leaf) in fdata_leaves(types, r).into_iter().enumerate() {
+            let part = extract(&y, &leaf.path);
+            let shadow = fo.get(1 + j).cloned().unwrap_or(Val::Unit);
+            pairs.walk(types, leaf.ty, &part, &shadow)?;
+        }
+    }
+    Ok(())
+}
+
+fn extract(v: &Val, path: &[u32]) -> Val {
+    let mut cur = v.clone();
+    for &i in path {
+        cur = match &cur {
+            Val::Agg(f) => f.get(i as usize).cloned().unwrap_or(Val::Unit),
+            _ => Val::Unit,
+        };
+    }
+    cur
+}
+
+#[derive(Default)]
+struct Pairs {
+    to_shadow: HashMap<usize, usize>,
+    to_primal: HashMap<usize, usize>,
+}
+
+impl Pairs {
+    fn pair(&mut self, p: usize, s: usize, what: &str) -> Result<bool, String> {
+        match (self.to_shadow.get(&p), self.to_primal.get(&s)) {
+            (Some(&s0), _) if s0 != s => Err(format!("one {what} has two different shadows")),
+            (_, Some(&p0)) if p0 != p => Err(format!("two different {what}s share one shadow")),
+            (Some(_), _) => Ok(false),
+            _ => {
+                self.to_shadow.insert(p, s);
+                self.to_primal.insert(s, p);
+                Ok(true)
+            }
+        }
+    }
+
+    fn walk(&mut self, types: &TypeTable, t: TypeId, p: &Val, s: &Val) -> Result<(), String> {
+        if !has_tangent(types, t) {
+            return Ok(());
+        }
+        match (types.get(t), p, s) {
+            (Type::Array { .. }, Val::Array(a), Val::Array(b)) => {
+                if a.shape != b.shape {
+                    return Err(format!(
+                        "an array of shape {:?} has a shadow of shape {:?}",
+                        a.shape, b.shape
+                    ));
+                }
+                self.pair(Rc::as_ptr(a) as *const () as usize, Rc::as_ptr(b) as *const () as usize, "array")?;
+                Ok(())
+            }
+            (Type::Ref(inner), Val::Ref(a), Val::Ref(b)) => {
+                if self.pair(
+                    Rc::as_ptr(a) as *const () as usize,
+                    Rc::as_ptr(b) as *const () as usize,
+                    "ref",
+                )? {
+                    let (pa, pb) = (a.borrow().clone(), b.borrow().clone());
+                    self.walk(types, *inner, &pa, &pb)?;
+                }
+                Ok(())
+            }
+            (Type::Struct(_), Val::Mut(a), Val::Mut(b)) => {
+                if self.pair(
+                    Rc::as_ptr(a) as *const () as usize,
+                    Rc::as_ptr(b) as *const () as usize,
+                    "record",
+                )? {
+                    let (fa, fb) = (a.borrow().clone(), b.borrow().clone());
+                    if let Some((_, def)) = types.as_struct(t) {
+                        for ((_, ft), (x, y)) in def.fields.iter().zip(fa.iter().zip(fb.iter())) {
+                            self.walk(types, *ft, x, y)?;
+                        }
+                    }
+                }
+                Ok(())
+            }
+            (Type::Tuple(items), Val::Agg(a), Val::Agg(b)) => {
+                for ((&it, x), y) in items.iter().zip(a.iter()).zip(b.iter()) {
+                    self.walk(types, it, x, y)?;
+                }
+                Ok(())
+            }
+            (Type::Struct(_), Val::Agg(a), Val::Agg(b)) => {
+                if let Some((_, def)) = types.as_struct(t) {
+                    for ((_, ft), (x, y)) in def.fields.iter().zip(a.iter().zip(b.iter())) {
+                        self.walk(types, *ft, x, y)?;
+                    }
+                }
+                Ok(())
+            }
+            (Type::Scalar(_), _, _) => Ok(()),
+            _ => Err(format!("a {} has a shadow of the wrong kind", types.display(t))),
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! Localising a failed check to a built-in rule: every differentiable operation the
+//! function (or a function it calls) uses is checked on its own, in a one-instruction
+//! function, at arguments inside its domain. A rule that fails alone is named in the
+//! report.
+
+use crate::check::{check_with, random_value, CheckOptions, Rng};
+use crate::Program;
+use mcir_interp::{Array, ArrayData, Limits, Val};
+use mcir_ir::entity::EntityRef;
+use mcir_ir::{FBinOp, FUnOp, FuncId, Function, Module, Op, Scalar, Terminator, Type, TypeId, TypeTable};
+use std::collections::HashSet;
+
+/// The name of the builtin or operator an op comes from, as users write it.
+pub fn source_name(op: &Op) -> Option<String> {
+    let bin = |b: FBinOp| match b {
+        FBinOp::Add => "+",
+        FBinOp::Sub => "-",
+        FBinOp::Mul => "*",
+        FBinOp::Div => "/",
+        FBinOp::Pow => "** (pow)",
+        FBinOp::Min => "min",
+        FBinOp::Max => "max",
+        FBinOp::Atan2 => "atan2",
+    };
+    let un = |u: FUnOp| if u == FUnOp::Neg { "unary -" } else { u.name() };
+    Some(match op {
+        Op::FBinary(b) => bin(*b).to_string(),
+        Op::MapFBinary(b) => format!("{} (elementwise)", bin(*b)),
+        Op::FUnary(u) => un(*u).to_string(),
+        Op::MapFUnary(u) => format!("{} (elementwise)", un(*u)),
+        Op::FPowI => "** (integer power)".to_string(),
+        Op::MapFPowI => "** (integer power, elementwise)".to_string(),
+        Op::Sum => "sum".to_string(),
+        Op::Dot => "dot".to_string(),
+        Op::ArrayFill => "fill (zeros, ones)".to_string(),
+        Op::ArrayCopy => "copy".to_string(),
+        _ => return None,
+    })
+}
+
+/// The built-in rules used by `func` and its callees that fail the check on their own.
+pub(crate) fn suspect_rules(
+    program: &Program,
+    func: FuncId,
+    options: &CheckOptions,
+    limits: &Limits,
+) -> Vec<(String, String)> {
+    let module = &program.module;
+    // Functions reachable from `func`.
+    let mut seen = HashSet::new();
+    let mut todo = vec![func];
+    let mut kinds: Vec<(Op, Vec<TypeId>, TypeId)> = Vec::new();
+    while let Some(f) = todo.pop() {
+        if !seen.insert(f) {
+            continue;
+        }
+        let fd = &module.funcs[f];
+        for (_, data) in fd.blocks.iter() {
+            for &i in &data.insts {
+                let d = &fd.insts[i];
+                if let Op::Call(g) = d.op {
+                    todo.push(g);
+                    continue;
+                }
+                let Some(r) = d.result else { continue };
+                if source_name(&d.op).is_none() {
+                    continue;
+                }
+                let args: Vec<TypeId> = d.args.iter().map(|&a| fd.value_type(a)).collect();
+                let key = (d.op.clone(), args, fd.value_type(r));
+                if !kinds.contains(&key) {
+                    kinds.push(key);
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (op, args, ret) in kinds {
+        let Some(name) = source_name(&op) else { continue };
+        if let Some(detail) = check_op(program, &op, &args, ret, options, limits) {
+            if !out.iter().any(|(n, _): &(String, String)| *n == name) {
+                out.push((name, detail));
+            }
+        }
+    }
+    out
+}
+
+/// Checks one op alone; `Some(detail)` when its rule disagrees with finite differences.
+fn check_op(
+    program: &Program,
+    op: &Op,
+    args: &[TypeId],
+    ret: TypeId,
+    options: &CheckOptions,
+    limits: &Limits,
+) -> Option<String> {
+    let mut module = Module::new();
+    module.types = program.module.types.clone();
+    let params: Vec<(Option<String>, TypeId)> =
+        args.iter().enumerate().map(|(i, &t)| (Some(format!("a{i}")), t)).collect();
+    let mut f = Function::new("rule", &params, Some(ret));
+    let entry = f.entry();
+    let pv = f.param_values().to_vec();
+    let r = f.push_inst(entry, op.clone(), pv, Some(ret), Default::default())?;
+    f.set_terminator(entry, Terminator::Return(Some(r)), Default::default());
+    let id = module.add_function(f);
+    mcir_ir::verify_module(&module).ok()?;
+    let probe = Program { source: program.source.clone(), module };
+    let mut d = probe.differentiate(&options.ad).ok()?;
+    let mut rng = Rng::new(options.seed ^ 0x5eed);
+    let types = &probe.module.types;
+    let (lo, hi) = domain(op);
+    let shape: Vec<usize> = vec![rng.range(3, 5) as usize; 3];
+    let mut draws = Vec::new();
+    for _ in 0..options.trials.max(2) {
+        let xs: Vec<Val> = args.iter().map(|&t| draw(&mut rng, types, t, &shape, lo, hi)).collect();
+        draws.push(xs);
+    }
+    for xs in draws {
+        let opts = CheckOptions { trials: 1, ..options.clone() };
+        let report = check_with(&probe, &mut d, id, Some(&xs), &opts, limits);
+        if let Some(f) = report.failures.first() {
+            let one = CheckReport1(f.clone()).text();
+            return Some(one);
+        }
+    }
+    let _ = id.index();
+    None
+}
+
+struct CheckReport1(crate::check::Failure);
+
+impl CheckReport1 {
+    fn text(&self) -> String {
+        match &self.0 {
+            crate::check::Failure::Component { component, reverse, finite_difference, .. } => format!(
+                "for operand `{component}` reverse mode gives {}, finite differences give {}",
+                crate::check::show(*reverse),
+                crate::check::show(*finite_difference)
+            ),
+            other => format!("{other:?}"),
+        }
+    }
+}
+
+/// Where arguments of an op are drawn: inside its domain, away from kinks.
+fn domain(op: &Op) -> (f64, f64) {
+    let u = match op {
+        Op::FUnary(u) | Op::MapFUnary(u) => Some(*u),
+        _ => None,
+    };
+    match (op, u) {
+        (_, Some(FUnOp::Asin | FUnOp::Acos)) => (-0.8, 0.8),
+        (_, Some(FUnOp::Log | FUnOp::Log1p | FUnOp::Sqrt)) => (0.3, 2.0),
+        (Op::FBinary(FBinOp::Pow) | Op::MapFBinary(FBinOp::Pow), _) => (0.3, 2.0),
+        _ => (-2.0, 2.0),
+    }
+}
+
+fn draw(rng: &mut Rng, types: &TypeTable, t: TypeId, shape: &[usize], lo: f64, hi: f64) -> Val {
+    let uni = |rng: &mut Rng| {
+        // Away from zero, where abs and sign have their kink.
+        let x = lo + (hi - lo) * ((rng.normal().abs() * 0.37).fract());
+        if x.abs() < 0.05 {
+            x + 0.1
+        } else {
+            x
+        }
+    };
+    match types.get(t) {
+        Type::Scalar(Scalar::F64) => Val::F64(uni(rng)),
+        Type::Array { elem: Scalar::F64, rank } => {
+            let sh: Vec<usize> = shape[..*rank as usize].to_vec();
+            let n: usize = sh.iter().product();
+            Val::Array(Array::new(sh, ArrayData::F64((0..n).map(|_| uni(rng)).collect())))
+        }
+        _ => random_value(rng, types, t, shape[0]),
+    }
+}
