@@ -532,7 +532,7 @@ pub(crate) fn check_with(
             }
         };
         // The primal at x, and a function that evaluates (y, x_post) flattened.
-        let eval = |xs: &[Val]| -> Result<Evaluation, mcir_interp::RuntimeError> {
+        let eval_with = |xs: &[Val], limits: &Limits| -> Result<Evaluation, mcir_interp::RuntimeError> {
             let copies = deep_copy_all(xs);
             let y = program.call(func, &copies, limits)?;
             let mut yv = Vec::new();
@@ -545,7 +545,15 @@ pub(crate) fn check_with(
             }
             Ok((yv, post, y, copies))
         };
-        let (y0, post0, yval, post_args) = match eval(&x) {
+        let started = std::time::Instant::now();
+        let first = eval_with(&x, limits);
+        // A perturbed evaluation may loop for ever (a tolerance pushed below zero): it
+        // gets a time budget well above what the unperturbed one took.
+        let budget = (started.elapsed() * 100).max(std::time::Duration::from_millis(250));
+        let fd_limits =
+            Limits { timeout: Some(limits.timeout.map_or(budget, |t| t.min(budget))), ..limits.clone() };
+        let eval = |xs: &[Val]| eval_with(xs, &fd_limits);
+        let (y0, post0, yval, post_args) = match first {
             Ok(r) => r,
             Err(e) => {
                 report

@@ -268,7 +268,15 @@ fn forward_inst(
     fw.e.span = d.span;
     let args: Vec<Value> = d.args.iter().map(|&a| fw.fwd(a)).collect::<Result<_, _>>()?;
     let result_ty = d.result.map(|r| primal.value_type(r));
-    let name = d.result.and_then(|r| primal.values[r].name.clone());
+    // Unnamed results are named after their op in the derived passes, so that the tape's
+    // fields and the reverse pass read well.
+    let name = d.result.and_then(|r| {
+        primal.values[r].name.clone().or_else(|| match d.op {
+            Op::FConst(_) | Op::IConst(_) | Op::BConst(_) => None,
+            _ => Some(crate::reverse::rule_name(types, &d.op).replace('.', "_")),
+        })
+    });
+    let keep_primal_name = d.result.and_then(|r| primal.values[r].name.clone());
     let mut saved = Vec::new();
     // Save what an overwrite destroys, before it happens.
     match &d.op {
@@ -276,11 +284,14 @@ fn forward_inst(
             let arr_ty = fw.e.ty(args[0]);
             let elem = types.as_array(arr_ty).map(|(e, _)| TypeTable::scalar(e)).unwrap_or(TypeTable::F64);
             let old = fw.e.val(Op::Load, args[..args.len() - 1].to_vec(), elem);
-            saved.push(old);
+            let target = primal.values[d.args[0]].name.clone().unwrap_or_else(|| "elem".into());
+            saved.push(fw.e.name(old, Some(format!("old_{target}"))));
         }
         Op::CopyInto => {
             let ty = fw.e.ty(args[0]);
-            saved.push(fw.e.val(Op::ArrayCopy, vec![args[0]], ty));
+            let old = fw.e.val(Op::ArrayCopy, vec![args[0]], ty);
+            let target = primal.values[d.args[0]].name.clone().unwrap_or_else(|| "array".into());
+            saved.push(fw.e.name(old, Some(format!("old_{target}"))));
         }
         Op::RefStore | Op::MutStore(..) => {
             let (load, content_ty) = match &d.op {
@@ -291,7 +302,9 @@ fn forward_inst(
                 }
                 _ => (Op::RefLoad, fw.e.ty(args[1])),
             };
-            saved.push(fw.e.val(load.clone(), vec![args[0]], content_ty));
+            let target = primal.values[d.args[0]].name.clone().unwrap_or_else(|| "cell".into());
+            let old = fw.e.val(load.clone(), vec![args[0]], content_ty);
+            saved.push(fw.e.name(old, Some(format!("old_{target}"))));
             if has_tangent(types, content_ty) {
                 let cell_shadow = fw.shadows_of(d.args[0]).first().copied().ok_or_else(|| {
                     AdError::internal(&primal.name, "a differentiable cell has no shadow".to_string())
@@ -301,7 +314,8 @@ fn forward_inst(
                     Op::MutStore(s, i) => Op::MutLoad(shadow_struct(types, *s)?, *i),
                     _ => Op::RefLoad,
                 };
-                saved.push(fw.e.val(sload, vec![cell_shadow], tan_ty));
+                let old = fw.e.val(sload, vec![cell_shadow], tan_ty);
+                saved.push(fw.e.name(old, Some(format!("old_d{target}"))));
             }
         }
         _ => {}
@@ -342,7 +356,7 @@ fn forward_inst(
         op => fw.e.func.push_inst(fw.e.block, op.clone(), args.clone(), result_ty, d.span),
     };
     if let (Some(r), Some(nr)) = (d.result, result) {
-        fw.e.func.values[nr].name = name.clone();
+        fw.e.func.values[nr].name = keep_primal_name.clone().or_else(|| name.clone());
         fw.vmap[r.index()] = Some(nr);
     }
     // Shadows of the result.

@@ -314,7 +314,13 @@ impl<'a> Reverse<'a> {
             Some(&old) => self.e.add(old, x),
             None => x,
         };
-        let name = adjoint_name(&self.primal.values[v].name);
+        let pname = self.primal.values[v].name.clone().or_else(|| match self.primal.values[v].def {
+            mcir_ir::ValueDef::Inst(i) => {
+                Some(rule_name(self.types, &self.primal.insts[i].op).replace('.', "_"))
+            }
+            mcir_ir::ValueDef::Param(..) => None,
+        });
+        let name = adjoint_name(&pname);
         if self.e.func.values[new].name.is_none() {
             self.e.func.values[new].name = name;
         }

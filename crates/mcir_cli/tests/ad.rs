@@ -1,0 +1,184 @@
+//! Reverse-mode AD on the `.mcir` corpus: every op and builtin passes `mcc check`; a
+//! rule corrupted on purpose is caught and named; every differentiable program of the
+//! corpus passes the checker at its arguments; the derived forward and reverse passes
+//! are snapshotted and, printed, re-parse and verify.
+
+mod support;
+
+use support::*;
+
+/// `mcc check` on a case file, with its `// fn:` and `// args:` headers.
+fn check_case(path: &std::path::Path, extra: &[&str]) -> mcir_cli::Outcome {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut words: Vec<String> =
+        vec!["check".into(), path.to_string_lossy().into(), "--trials".into(), "3".into()];
+    if let Some(f) = header(&text, "fn") {
+        words.extend(["--fn".into(), f]);
+    }
+    if let Some(a) = header(&text, "args") {
+        words.extend(["--args".into(), a]);
+    }
+    words.extend(extra.iter().map(|s| s.to_string()));
+    let refs: Vec<&str> = words.iter().map(|s| s.as_str()).collect();
+    mcc(&refs)
+}
+
+#[test]
+fn every_op_and_builtin_passes_the_checker() {
+    let cases = cases("check");
+    assert!(cases.len() >= 50, "tests/check should cover every op and builtin");
+    let mut failures = Vec::new();
+    for path in &cases {
+        let out = check_case(path, &[]);
+        if out.code != 0 {
+            failures.push(format!("{}:\n{}{}", rel(path), out.stdout, out.stderr));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Every builtin with a derivative, by the name its rule is selected with.
+const DIFFERENTIABLE_BUILTINS: &[&str] = &[
+    "sin",
+    "cos",
+    "tan",
+    "asin",
+    "acos",
+    "atan",
+    "sinh",
+    "cosh",
+    "tanh",
+    "exp",
+    "log",
+    "log1p",
+    "expm1",
+    "sqrt",
+    "abs",
+    "floor",
+    "ceil",
+    "round",
+    "sign",
+    "atan2",
+    "fpow",
+    "fpowi",
+    "fmin",
+    "fmax",
+    "array.sum",
+    "array.dot",
+    "array.copy",
+    "array.fill",
+    "fadd",
+    "fsub",
+    "fmul",
+    "fdiv",
+    "fneg",
+];
+
+#[test]
+fn a_corrupted_rule_is_caught_and_named() {
+    let mut covered = Vec::new();
+    let mut failures = Vec::new();
+    for path in cases("check") {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let Some(rule) = header(&text, "corrupt") else { continue };
+        covered.push(rule.clone());
+        let out = check_case(&path, &["--corrupt-rule", &rule]);
+        if out.code != 1 || !out.stderr.starts_with("error:") || !out.stdout.contains("FAIL trial") {
+            failures.push(format!("{}: corrupting `{rule}` was not caught:\n{}", rel(&path), out.stdout));
+            continue;
+        }
+        if let Some(name) = header(&text, "names") {
+            if !out.stdout.contains(&format!("the rule of `{name}")) {
+                failures.push(format!("{}: the report does not name `{name}`:\n{}", rel(&path), out.stdout));
+            }
+        }
+    }
+    for b in DIFFERENTIABLE_BUILTINS {
+        if !covered.iter().any(|c| c == b) {
+            failures.push(format!("no test corrupts the rule of `{b}`"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Whether the entry function of a corpus program has anything to differentiate.
+fn differentiable(program: &mcir::Program, func: mcir::FuncId) -> bool {
+    let f = &program.module().funcs[func];
+    let types = &program.module().types;
+    f.params.iter().chain(f.ret.iter()).any(|&t| mcir_ad_has_tangent(types, t))
+}
+
+fn mcir_ad_has_tangent(types: &mcir::ir::TypeTable, t: mcir::ir::TypeId) -> bool {
+    use mcir::ir::{Scalar, Type};
+    match types.get(t) {
+        Type::Scalar(s) => *s == Scalar::F64,
+        Type::Array { elem, .. } => *elem == Scalar::F64,
+        Type::Ref(i) | Type::Stack(i) => mcir_ad_has_tangent(types, *i),
+        Type::Tuple(items) => items.iter().any(|&i| mcir_ad_has_tangent(types, i)),
+        Type::Struct(_) => {
+            types.as_struct(t).is_some_and(|(_, d)| d.fields.iter().any(|f| mcir_ad_has_tangent(types, f.1)))
+        }
+    }
+}
+
+#[test]
+fn the_corpus_passes_the_checker() {
+    let mut checked = 0;
+    let mut failures = Vec::new();
+    for path in cases("programs") {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let program = mcir::Program::compile(&rel(&path), &text).unwrap();
+        let func = program.entry(header(&text, "fn").as_deref()).unwrap();
+        // Programs evaluated at kinks on purpose say so, with the reason.
+        if !differentiable(&program, func) || header(&text, "nondifferentiable").is_some() {
+            continue;
+        }
+        checked += 1;
+        let out = check_case(&path, &[]);
+        if out.code != 0 {
+            failures.push(format!("{}:\n{}{}", rel(&path), out.stdout, out.stderr));
+        }
+    }
+    assert!(checked >= 30, "only {checked} corpus programs are differentiable");
+    assert!(failures.is_empty(), "{} programs fail the checker:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn derived_passes_are_snapshotted_and_reparse() {
+    let mut failures = Vec::new();
+    let mut snapshots = 0;
+    for dir in ["programs", "check"] {
+        for path in cases(dir) {
+            let name = path.file_stem().unwrap().to_string_lossy().to_string();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let program = mcir::Program::compile(&rel(&path), &text).unwrap();
+            let func = program.entry(header(&text, "fn").as_deref()).unwrap();
+            let d = match program.differentiate(&mcir::AdOptions::default()) {
+                Ok(d) => d,
+                Err(e) => {
+                    failures.push(format!("{name}: {e}"));
+                    continue;
+                }
+            };
+            // The whole derived module prints, re-parses, verifies and prints the same.
+            let text_all = mcir::ir::print_module(d.module());
+            match mcir::ir::parse_module(&text_all) {
+                Ok(m) => {
+                    if let Err(e) = mcir::ir::verify_module(&m) {
+                        failures.push(format!("{name}: re-parsed derived IR does not verify: {e}"));
+                    } else if mcir::ir::print_module(&m) != text_all {
+                        failures.push(format!("{name}: derived IR changes through print -> parse -> print"));
+                    }
+                }
+                Err(e) => failures.push(format!("{name}: derived IR does not parse: {e}")),
+            }
+            if dir == "check" {
+                let ir = format!("{}\n{}", d.pass_text(func, false), d.pass_text(func, true));
+                snapshot_settings("derived").bind(|| insta::assert_snapshot!(name.clone(), ir));
+                snapshots += 1;
+            }
+        }
+    }
+    assert!(snapshots >= 25);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
