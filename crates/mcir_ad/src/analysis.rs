@@ -88,61 +88,63 @@ pub(crate) fn activity(types: &TypeTable, f: &Function, keep_zero_ops: bool) -> 
 }
 
 /// Values live at the end of each block: used later on some path without being redefined.
-/// Jump arguments count as uses in the block that jumps.
+/// Jump arguments count as uses in the block that jumps. Computed per value by walking
+/// back from each use to the definition, so time and memory follow the size of the
+/// live ranges, not blocks × values.
 pub(crate) fn live_out(f: &Function) -> Vec<Vec<Value>> {
     let nb = f.blocks.len();
-    let nv = f.values.len();
-    let mut uses: Vec<Vec<bool>> = vec![vec![false; nv]; nb];
-    let mut defs: Vec<Vec<bool>> = vec![vec![false; nv]; nb];
+    let mut preds: Vec<Vec<Block>> = vec![Vec::new(); nb];
     for (b, data) in f.blocks.iter() {
-        let (u, d) = (&mut uses[b.index()], &mut defs[b.index()]);
+        for s in data.term.successors() {
+            preds[s.block.index()].push(b);
+        }
+    }
+    // Where each value is defined, and the blocks that use it.
+    let mut def_block: Vec<Option<Block>> = vec![None; f.values.len()];
+    let mut uses: Vec<Vec<Block>> = vec![Vec::new(); f.values.len()];
+    for (b, data) in f.blocks.iter() {
         for &p in &data.params {
-            d[p.index()] = true;
+            def_block[p.index()] = Some(b);
         }
         for &inst in &data.insts {
             for &a in &f.insts[inst].args {
-                if !d[a.index()] {
-                    u[a.index()] = true;
-                }
+                uses[a.index()].push(b);
             }
             if let Some(r) = f.insts[inst].result {
-                d[r.index()] = true;
+                def_block[r.index()] = Some(b);
             }
         }
         for a in data.term.uses() {
-            if !d[a.index()] {
-                u[a.index()] = true;
-            }
+            uses[a.index()].push(b);
         }
     }
-    let succs: Vec<Vec<Block>> =
-        f.blocks.values().map(|d| d.term.successors().map(|s| s.block).collect()).collect();
-    let mut live_in: Vec<Vec<bool>> = uses.clone();
-    let mut live_out: Vec<Vec<bool>> = vec![vec![false; nv]; nb];
-    loop {
-        let mut changed = false;
-        for b in (0..nb).rev() {
-            for s in &succs[b] {
-                for v in 0..nv {
-                    if live_in[s.index()][v] && !live_out[b][v] {
-                        live_out[b][v] = true;
-                        changed = true;
+    let mut out: Vec<Vec<Value>> = vec![Vec::new(); nb];
+    // Stamps (value index + 1) mark the blocks already visited for the current value.
+    let mut in_stamp = vec![0usize; nb];
+    let mut out_stamp = vec![0usize; nb];
+    let mut work = Vec::new();
+    for (vi, use_blocks) in uses.iter().enumerate() {
+        let Some(d) = def_block[vi] else { continue };
+        let stamp = vi + 1;
+        for &u in use_blocks {
+            if u == d || in_stamp[u.index()] == stamp {
+                continue;
+            }
+            in_stamp[u.index()] = stamp;
+            work.push(u);
+            while let Some(b) = work.pop() {
+                for &p in &preds[b.index()] {
+                    if out_stamp[p.index()] != stamp {
+                        out_stamp[p.index()] = stamp;
+                        out[p.index()].push(Value::new(vi));
+                    }
+                    if p != d && in_stamp[p.index()] != stamp {
+                        in_stamp[p.index()] = stamp;
+                        work.push(p);
                     }
                 }
             }
-            for v in 0..nv {
-                if live_out[b][v] && !defs[b][v] && !live_in[b][v] {
-                    live_in[b][v] = true;
-                    changed = true;
-                }
-            }
-        }
-        if !changed {
-            break;
         }
     }
-    live_out
-        .into_iter()
-        .map(|l| l.iter().enumerate().filter(|(_, &x)| x).map(|(i, _)| Value::new(i)).collect())
-        .collect()
+    out
 }

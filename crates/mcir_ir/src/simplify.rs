@@ -1,9 +1,9 @@
 //! Control-flow cleanup: a block that only jumps on is bypassed, and a block entered by
 //! a plain jump from its only predecessor is merged into it. Lowering and the AD
 //! transform leave many such blocks; removing them keeps printed IR short and gives the
-//! back end fewer jumps. The result is laid out in reverse post-order.
+//! back end fewer jumps. Both steps take time linear in the size of the function, and
+//! the result is laid out in reverse post-order.
 
-use crate::cfg::ControlFlow;
 use crate::entity::EntityRef;
 use crate::function::*;
 
@@ -11,97 +11,146 @@ impl Function {
     /// A copy without forwarding blocks and with straight-line chains merged.
     pub fn simplify_cfg(&self) -> Function {
         let mut f = self.clone();
-        loop {
-            let changed = bypass_forwarders(&mut f) | merge_chains(&mut f);
-            if !changed {
-                break;
-            }
+        for _ in 0..2 {
+            bypass_forwarders(&mut f);
+            merge_chains(&mut f);
         }
         let order = f.reachable_blocks();
         f.rebuild(&order)
     }
 }
 
-/// Sends jumps to a block that has no parameters, no instructions and ends in a jump
-/// straight to that jump's target. Its arguments are defined in blocks that strictly
-/// dominate it, hence dominate every predecessor, so the redirected jumps stay valid.
-fn bypass_forwarders(f: &mut Function) -> bool {
-    let entry = f.entry();
-    let mut changed = false;
-    let blocks: Vec<Block> = f.blocks.keys().collect();
-    for b in blocks {
-        let data = &f.blocks[b];
-        let Terminator::Jump(target) = &data.term else { continue };
-        if b == entry || !data.params.is_empty() || !data.insts.is_empty() || target.block == b {
-            continue;
-        }
-        let target = target.clone();
-        for p in f.blocks.keys().collect::<Vec<_>>() {
-            let term = &mut f.blocks[p].term;
-            let calls: Vec<&mut BlockCall> = match term {
-                Terminator::Jump(t) => vec![t],
-                Terminator::Branch { then_dest, else_dest, .. } => vec![then_dest, else_dest],
-                Terminator::Return(_) => vec![],
-            };
-            for c in calls {
-                if c.block == b && p != b {
-                    *c = target.clone();
-                    changed = true;
-                }
-            }
-        }
+fn calls_mut(term: &mut Terminator) -> Vec<&mut BlockCall> {
+    match term {
+        Terminator::Jump(t) => vec![t],
+        Terminator::Branch { then_dest, else_dest, .. } => vec![then_dest, else_dest],
+        Terminator::Return(_) => vec![],
     }
-    changed
 }
 
-/// Merges a block into its only predecessor when that predecessor ends with a jump to it.
-fn merge_chains(f: &mut Function) -> bool {
-    let cfg = ControlFlow::compute(f);
+/// Sends jumps to a block that has no parameters, no instructions and ends in a jump
+/// straight to that jump's target (following chains of such blocks). The target's
+/// arguments are defined in blocks that strictly dominate the forwarding block, hence
+/// dominate every predecessor, so the redirected jumps stay valid.
+fn bypass_forwarders(f: &mut Function) {
     let entry = f.entry();
-    for b in cfg.rpo.clone() {
-        if b == entry {
-            continue;
-        }
-        let preds = &cfg.preds[b.index()];
-        if preds.len() != 1 || preds[0] == b {
-            continue;
-        }
-        let p = preds[0];
-        let Terminator::Jump(call) = f.blocks[p].term.clone() else { continue };
-        if call.block != b {
-            continue;
-        }
-        // Parameters become the jump's arguments everywhere they are used.
-        let params = f.blocks[b].params.clone();
-        let subst: Vec<(Value, Value)> = params.into_iter().zip(call.args).collect();
-        let replace = |v: &mut Value| {
-            if let Some(&(_, to)) = subst.iter().find(|(from, _)| from == v) {
-                *v = to;
+    let n = f.blocks.len();
+    let forward: Vec<Option<BlockCall>> = f
+        .blocks
+        .iter()
+        .map(|(b, d)| match &d.term {
+            Terminator::Jump(t)
+                if b != entry && d.params.is_empty() && d.insts.is_empty() && t.block != b =>
+            {
+                Some(t.clone())
             }
+            _ => None,
+        })
+        .collect();
+    // The final destination of each forwarding block; a cycle of them stays as it is.
+    let mut resolved: Vec<Option<BlockCall>> = vec![None; n];
+    for start in 0..n {
+        if forward[start].is_none() || resolved[start].is_some() {
+            continue;
+        }
+        let mut chain = vec![start];
+        let mut cur = start;
+        let dest = loop {
+            let Some(next) = &forward[cur] else { break None };
+            let t = next.block.index();
+            if let Some(r) = &resolved[t] {
+                break Some(r.clone());
+            }
+            if forward[t].is_none() {
+                break Some(next.clone());
+            }
+            if chain.contains(&t) {
+                break None;
+            }
+            chain.push(t);
+            cur = t;
         };
-        let insts: Vec<Inst> = f.insts.keys().collect();
-        for i in insts {
-            f.insts[i].args.iter_mut().for_each(replace);
-        }
-        for blk in f.blocks.keys().collect::<Vec<_>>() {
-            match &mut f.blocks[blk].term {
-                Terminator::Jump(t) => t.args.iter_mut().for_each(replace),
-                Terminator::Branch { cond, then_dest, else_dest } => {
-                    replace(cond);
-                    then_dest.args.iter_mut().for_each(replace);
-                    else_dest.args.iter_mut().for_each(replace);
-                }
-                Terminator::Return(v) => v.iter_mut().for_each(replace),
+        if let Some(dest) = dest {
+            for b in chain {
+                resolved[b] = Some(dest.clone());
             }
         }
-        let moved = std::mem::take(&mut f.blocks[b].insts);
-        let (term, span) = (f.blocks[b].term.clone(), f.blocks[b].term_span);
-        f.blocks[b].params.clear();
-        f.blocks[b].term = Terminator::Return(None);
-        f.blocks[p].insts.extend(moved);
-        f.blocks[p].term = term;
-        f.blocks[p].term_span = span;
-        return true;
     }
-    false
+    for b in f.blocks.keys().collect::<Vec<_>>() {
+        for c in calls_mut(&mut f.blocks[b].term) {
+            if let Some(r) = &resolved[c.block.index()] {
+                if c.block != b {
+                    *c = r.clone();
+                }
+            }
+        }
+    }
+}
+
+/// Merges each block into its only predecessor when that predecessor ends with a plain
+/// jump to it. Parameters of a merged block are replaced by the jump's arguments in one
+/// pass at the end.
+fn merge_chains(f: &mut Function) {
+    let entry = f.entry();
+    let n = f.blocks.len();
+    let reachable = f.reachable_blocks();
+    let mut preds = vec![0usize; n];
+    for &b in &reachable {
+        for s in f.blocks[b].term.successors() {
+            preds[s.block.index()] += 1;
+        }
+    }
+    let mut subst: Vec<Option<Value>> = vec![None; f.values.len()];
+    let mut merged = vec![false; n];
+    for &p in &reachable {
+        if merged[p.index()] {
+            continue;
+        }
+        loop {
+            let Terminator::Jump(call) = f.blocks[p].term.clone() else { break };
+            let b = call.block;
+            if b == entry || b == p || preds[b.index()] != 1 || merged[b.index()] {
+                break;
+            }
+            for (&param, &arg) in f.blocks[b].params.iter().zip(&call.args) {
+                subst[param.index()] = Some(arg);
+            }
+            let moved = std::mem::take(&mut f.blocks[b].insts);
+            let (term, span) = (f.blocks[b].term.clone(), f.blocks[b].term_span);
+            f.blocks[b].params.clear();
+            f.blocks[b].term = Terminator::Return(None);
+            merged[b.index()] = true;
+            f.blocks[p].insts.extend(moved);
+            f.blocks[p].term = term;
+            f.blocks[p].term_span = span;
+        }
+    }
+    let resolve = |mut v: Value| {
+        // Chains of substitutions end: each step goes to a value defined earlier.
+        let mut steps = 0;
+        while let Some(next) = subst.get(v.index()).copied().flatten() {
+            v = next;
+            steps += 1;
+            if steps > subst.len() {
+                break;
+            }
+        }
+        v
+    };
+    for i in f.insts.keys().collect::<Vec<_>>() {
+        for a in f.insts[i].args.iter_mut() {
+            *a = resolve(*a);
+        }
+    }
+    for b in f.blocks.keys().collect::<Vec<_>>() {
+        match &mut f.blocks[b].term {
+            Terminator::Jump(t) => t.args.iter_mut().for_each(|a| *a = resolve(*a)),
+            Terminator::Branch { cond, then_dest, else_dest } => {
+                *cond = resolve(*cond);
+                then_dest.args.iter_mut().for_each(|a| *a = resolve(*a));
+                else_dest.args.iter_mut().for_each(|a| *a = resolve(*a));
+            }
+            Terminator::Return(v) => v.iter_mut().for_each(|a| *a = resolve(*a)),
+        }
+    }
 }
