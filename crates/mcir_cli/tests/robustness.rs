@@ -186,6 +186,68 @@ fn random_arguments_to_mcc_run_never_panic() {
     args_file.set_extension("");
 }
 
+#[test]
+fn random_arguments_and_seeds_to_mcc_grad_and_check_never_panic() {
+    let mut rng = Rng(5);
+    let (mut runs, mut successes) = (0, 0);
+    for path in cases("programs").into_iter().chain(cases("check")) {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let program = mcir::Program::compile("p.mcir", &text).unwrap();
+        let func = program.entry(header(&text, "fn").as_deref()).unwrap();
+        let f = &program.module().funcs[func];
+        let (params, ret) = (f.params.clone(), f.ret);
+        let p = path.to_str().unwrap();
+        for trial in 0..4 {
+            let args = header(&text, "args").filter(|_| rng.chance(0.5)).unwrap_or_else(|| {
+                let parts: Vec<String> =
+                    params.iter().map(|&t| random_json(&mut rng, program.module(), t, 0)).collect();
+                format!("[{}]", parts.join(", "))
+            });
+            let mut words = vec!["grad".to_string(), p.to_string(), "--args".into(), args.clone()];
+            if let Some(fname) = header(&text, "fn") {
+                words.extend(["--fn".into(), fname]);
+            }
+            if let (Some(r), true) = (ret, rng.chance(0.5)) {
+                words.extend(["--seed".into(), random_json(&mut rng, program.module(), r, 0)]);
+            }
+            if rng.chance(0.5) {
+                let parts: Vec<String> = params
+                    .iter()
+                    .map(|&t| {
+                        if rng.chance(0.4) {
+                            "null".into()
+                        } else {
+                            random_json(&mut rng, program.module(), t, 0)
+                        }
+                    })
+                    .collect();
+                words.extend(["--seed-args".into(), format!("[{}]", parts.join(", "))]);
+            }
+            words.extend(["--timeout".into(), "0.5".into()]);
+            let refs: Vec<&str> = words.iter().map(|w| w.as_str()).collect();
+            let out = mcc(&refs);
+            check_outcome(&format!("{} grad trial {trial}: {words:?}", rel(&path)), &out).unwrap();
+            runs += 1;
+            if out.code == 0 {
+                successes += 1;
+                serde_json::from_str::<serde_json::Value>(&out.stdout).expect("stdout is one JSON document");
+            }
+            if trial == 0 {
+                let mut words = vec!["check".to_string(), p.to_string(), "--trials".into(), "1".into()];
+                words.extend(["--args".into(), args]);
+                if let Some(fname) = header(&text, "fn") {
+                    words.extend(["--fn".into(), fname]);
+                }
+                words.extend(["--timeout".into(), "0.5".into()]);
+                let refs: Vec<&str> = words.iter().map(|w| w.as_str()).collect();
+                let out = mcc(&refs);
+                check_outcome(&format!("{} check: {words:?}", rel(&path)), &out).unwrap();
+            }
+        }
+    }
+    assert!(successes * 5 >= runs, "only {successes} of {runs} gradients succeeded");
+}
+
 fn tempfile_path(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("mcir-tests-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

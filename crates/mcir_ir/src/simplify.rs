@@ -106,8 +106,7 @@ fn merge_chains(f: &mut Function) {
         if merged[p.index()] {
             continue;
         }
-        loop {
-            let Terminator::Jump(call) = f.blocks[p].term.clone() else { break };
+        while let Terminator::Jump(call) = f.blocks[p].term.clone() {
             let b = call.block;
             if b == entry || b == p || preds[b.index()] != 1 || merged[b.index()] {
                 break;
