@@ -21,6 +21,9 @@ pub struct Differentiated {
     derived: Derived,
     drivers: HashMap<(FuncId, Vec<bool>), FuncId>,
     probes: HashMap<FuncId, FuncId>,
+    engine: crate::Engine,
+    /// Native code of the derived module, with the number of functions it covers.
+    native: Option<(usize, mcir_jit::Jit)>,
 }
 
 /// What a VJP computes: the function's value and the cotangent of each argument upon
@@ -37,7 +40,13 @@ impl Program {
     /// Derives the reverse rule of every function.
     pub fn differentiate(&self, options: &AdOptions) -> Result<Differentiated, AdError> {
         let derived = mcir_ad::derive(&self.module, options)?;
-        Ok(Differentiated { derived, drivers: HashMap::new(), probes: HashMap::new() })
+        Ok(Differentiated {
+            derived,
+            drivers: HashMap::new(),
+            probes: HashMap::new(),
+            engine: self.engine,
+            native: None,
+        })
     }
 
     /// `mcc grad`: the value and the cotangent of every argument upon entry, as the JSON
@@ -152,6 +161,26 @@ impl Differentiated {
         Ok(p)
     }
 
+    /// Runs a function of the derived module with the program's engine.
+    pub fn run(&mut self, func: FuncId, args: &[Val], limits: &Limits) -> Result<Option<Val>, RuntimeError> {
+        match self.engine {
+            crate::Engine::Interpreter => {
+                mcir_interp::Interpreter::new(&self.derived.module, limits.clone()).call(func, args.to_vec())
+            }
+            crate::Engine::Jit => {
+                let n = self.derived.module.funcs.len();
+                if self.native.as_ref().is_none_or(|(m, _)| *m != n) {
+                    let jit = mcir_jit::Jit::compile(&self.derived.module).map_err(crate::native_error)?;
+                    self.native = Some((n, jit));
+                }
+                match &self.native {
+                    Some((_, jit)) => jit.call(func, args, limits),
+                    None => Err(internal_error("no native code")),
+                }
+            }
+        }
+    }
+
     /// The derived rule of `f`.
     pub fn rule(&self, f: FuncId) -> &mcir_ad::RuleIds {
         self.derived.rule(f)
@@ -211,8 +240,7 @@ impl Differentiated {
         for s in seed_args.iter().flatten() {
             call_args.push(s.clone());
         }
-        let mut interp = mcir_interp::Interpreter::new(module, limits.clone());
-        let out = interp.call(driver, call_args)?;
+        let out = self.run(driver, &call_args, limits)?;
         let Some(Val::Agg(items)) = out else {
             return Err(internal_error("the VJP driver returned no tuple"));
         };

@@ -32,11 +32,25 @@ use std::sync::Arc;
 /// accepted) source cannot overflow the caller's stack.
 const COMPILER_STACK: usize = 256 << 20;
 
-/// A compiled program: its source (for error messages) and its verified IR.
+/// Which engine runs code: native code through Cranelift (the default) or the
+/// reference interpreter.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Engine {
+    /// Native code through Cranelift.
+    #[default]
+    Jit,
+    /// The reference interpreter over the IR.
+    Interpreter,
+}
+
+/// A compiled program: its source (for error messages), its verified IR, and (made on
+/// first use) its native code.
 #[derive(Clone, Debug)]
 pub struct Program {
     source: Arc<SourceFile>,
     module: Module,
+    engine: Engine,
+    native: Arc<std::sync::OnceLock<Result<mcir_jit::Jit, mcir_jit::JitError>>>,
 }
 
 impl Program {
@@ -58,9 +72,29 @@ impl Program {
             Err(_) => compile_module(&source.text),
         };
         match result {
-            Ok(module) => Ok(Program { source, module }),
+            Ok(module) => Ok(Program::from_parts(source, module)),
             Err(diagnostics) => Err(CompileError { source, diagnostics }),
         }
+    }
+
+    pub(crate) fn from_parts(source: Arc<SourceFile>, module: Module) -> Program {
+        Program { source, module, engine: Engine::default(), native: Default::default() }
+    }
+
+    /// The same program, run by `engine`.
+    pub fn with_engine(mut self, engine: Engine) -> Program {
+        self.engine = engine;
+        self
+    }
+
+    /// The engine that runs this program's code.
+    pub fn engine(&self) -> Engine {
+        self.engine
+    }
+
+    /// The program's native code, compiled on first use.
+    pub fn native(&self) -> Result<&mcir_jit::Jit, mcir_jit::JitError> {
+        self.native.get_or_init(|| mcir_jit::Jit::compile(&self.module)).as_ref().map_err(|e| e.clone())
     }
 
     /// The program's IR.
@@ -104,8 +138,13 @@ impl Program {
     /// Runs `func` on runtime values with the reference interpreter; address-identified
     /// arguments (arrays, refs, mut structs) show the call's effects afterwards.
     pub fn call(&self, func: FuncId, args: &[Val], limits: &Limits) -> Result<Option<Val>, RuntimeError> {
-        let mut interp = mcir_interp::Interpreter::new(&self.module, limits.clone());
-        interp.call(func, args.to_vec())
+        match self.engine {
+            Engine::Interpreter => {
+                let mut interp = mcir_interp::Interpreter::new(&self.module, limits.clone());
+                interp.call(func, args.to_vec())
+            }
+            Engine::Jit => self.native().map_err(native_error)?.call(func, args, limits),
+        }
     }
 
     /// Runs `func` on arguments given as a JSON array and returns the JSON document of
@@ -123,6 +162,15 @@ impl Program {
         let function = e.function.split('$').next().unwrap_or(&e.function);
         let d = mcir_syntax::Diagnostic::error(format!("{}, in function `{function}`", e.kind), span);
         self.source.render(&d)
+    }
+}
+
+/// A failure to generate native code, reported as the internal error it is.
+pub(crate) fn native_error(e: mcir_jit::JitError) -> RuntimeError {
+    RuntimeError {
+        kind: mcir_interp::RuntimeErrorKind::Internal(e.to_string()),
+        span: Default::default(),
+        function: String::new(),
     }
 }
 

@@ -106,7 +106,7 @@ fn check_op(
     f.set_terminator(entry, Terminator::Return(Some(r)), Default::default());
     let id = module.add_function(f);
     mcir_ir::verify_module(&module).ok()?;
-    let probe = Program { source: program.source.clone(), module };
+    let probe = Program::from_parts(program.source.clone(), module).with_engine(program.engine());
     let mut d = probe.differentiate(&options.ad).ok()?;
     let mut rng = Rng::new(options.seed ^ 0x5eed);
     let types = &probe.module.types;

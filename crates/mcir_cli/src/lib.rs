@@ -46,7 +46,7 @@ struct Common {
     /// The entry function (default: `main`, else the only function).
     #[arg(long = "fn", value_name = "NAME")]
     func: Option<String>,
-    /// Run with the reference interpreter (the default in this version).
+    /// Run with the reference interpreter instead of native code.
     #[arg(long)]
     interp: bool,
     /// Stop a program that runs longer than this many seconds.
@@ -126,7 +126,29 @@ enum Stage {
 }
 
 /// Runs `mcc` with `args` (the first is the program name), reading `-` from `stdin`.
+/// The command runs on a thread with a large stack (see `COMMAND_STACK`).
 pub fn run(args: Vec<OsString>, stdin: &mut dyn Read) -> Outcome {
+    let mut input = Vec::new();
+    let needs_stdin = args.iter().skip(1).any(|a| a == "-");
+    if needs_stdin {
+        if let Err(e) = stdin.read_to_end(&mut input) {
+            return Outcome::usage(format!("cannot read the program from stdin: {e}"));
+        }
+    }
+    let worker = std::thread::Builder::new()
+        .name("mcc".into())
+        .stack_size(COMMAND_STACK)
+        .spawn(move || run_here(args, &mut input.as_slice()));
+    match worker.map(|h| h.join()) {
+        Ok(Ok(outcome)) => outcome,
+        Ok(Err(_)) => {
+            Outcome { code: 1, stdout: String::new(), stderr: "error: internal error: mcc panicked\n".into() }
+        }
+        Err(_) => Outcome::usage("cannot start a thread to run the command"),
+    }
+}
+
+fn run_here(args: Vec<OsString>, stdin: &mut dyn Read) -> Outcome {
     let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e) => {
@@ -189,11 +211,18 @@ fn read_json_arg(flag: &str, text: &str) -> Result<String, Outcome> {
 
 fn compile(common: &Common, stdin: &mut dyn Read) -> Result<mcir::Program, Outcome> {
     let (name, text) = read_program(&common.file, stdin)?;
-    mcir::Program::compile(&name, &text).map_err(|e| Outcome::program(e.render()))
+    let engine = if common.interp { mcir::Engine::Interpreter } else { mcir::Engine::Jit };
+    mcir::Program::compile(&name, &text)
+        .map(|p| p.with_engine(engine))
+        .map_err(|e| Outcome::program(e.render()))
 }
 
+/// The stack commands run on: native code recurses on it, so it is large enough for
+/// the deepest recursion the limits allow (the memory is reserved, not committed).
+const COMMAND_STACK: usize = 1 << 30;
+
 fn limits(common: &Common) -> Result<mcir::Limits, Outcome> {
-    let mut limits = mcir::Limits::default();
+    let mut limits = mcir::Limits { stack_bytes: COMMAND_STACK - (64 << 20), ..Default::default() };
     if let Some(t) = common.timeout {
         if !(t.is_finite() && t > 0.0 && t < 1e9) {
             return Err(Outcome::usage(format!("--timeout must be a positive number of seconds, not {t}")));

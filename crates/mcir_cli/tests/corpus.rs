@@ -103,3 +103,58 @@ fn runtime_errors_point_at_the_failing_line() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Every program of the corpus runs to the same output, or fails with the same error at
+/// the same place, on native code and on the interpreter.
+#[test]
+fn native_code_and_interpreter_agree() {
+    let mut failures = Vec::new();
+    let mut compared = 0;
+    for dir in ["programs", "runtime_errors", "check"] {
+        for path in cases(dir) {
+            let text = std::fs::read_to_string(&path).unwrap();
+            if header(&text, "args").is_none() && dir == "check" {
+                continue;
+            }
+            let native = run_case(&path, &text, None, &[]);
+            let interp = run_case(&path, &text, None, &["--interp"]);
+            compared += 1;
+            // Gradients too: run_case's first word is the command.
+            let grad = |extra: &[&str]| {
+                let args = header(&text, "args").unwrap_or_else(|| "[]".into());
+                let mut words = vec!["grad", path.to_str().unwrap(), "--args", &args];
+                let f = header(&text, "fn");
+                if let Some(f) = &f {
+                    words.extend(["--fn", f.as_str()]);
+                }
+                words.extend(extra);
+                mcc(&words)
+            };
+            let (gn, gi) = (grad(&[]), grad(&["--interp"]));
+            if gn != gi {
+                failures.push(format!(
+                    "{} (grad):\n  native: {}{}\n  interpreter: {}{}",
+                    rel(&path),
+                    gn.stdout,
+                    gn.stderr,
+                    gi.stdout,
+                    gi.stderr
+                ));
+            }
+            if native != interp {
+                failures.push(format!(
+                    "{}:\n  native (exit {}): {}{}\n  interpreter (exit {}): {}{}",
+                    rel(&path),
+                    native.code,
+                    native.stdout,
+                    native.stderr,
+                    interp.code,
+                    interp.stdout,
+                    interp.stderr
+                ));
+            }
+        }
+    }
+    assert!(compared >= 80);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -17,11 +17,14 @@ pub struct Limits {
     pub max_alloc_bytes: u64,
     /// How long the run may take.
     pub timeout: Option<Duration>,
+    /// How much of the calling thread's stack native code may use; deeper recursion is
+    /// reported as too deep. Must be less than the stack the caller runs on.
+    pub stack_bytes: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_call_depth: 100_000, max_alloc_bytes: 4 << 30, timeout: None }
+        Limits { max_call_depth: 100_000, max_alloc_bytes: 4 << 30, timeout: None, stack_bytes: 1 << 20 }
     }
 }
 

@@ -1,0 +1,389 @@
+//! Native code for mcir IR through Cranelift. [`Jit::compile`] lowers every function of
+//! a verified module — primal functions and derived passes alike — and [`Jit::call`]
+//! runs one on runtime values with the interpreter's semantics: the same results, the
+//! same arguments' state afterwards, and the same errors at the same source locations.
+//!
+//! Memory: every allocation a call makes (arrays, cells, records, tuples, tape stacks)
+//! comes from a per-call arena ([`Workspace`]). Arguments are copied in before the call;
+//! the result and the arguments' new state are copied out after it; then the arena is
+//! reset, keeping its memory for the next call. Nothing the generated code allocates
+//! outlives the call, so nothing leaks, and a workspace reused across calls of the same
+//! shapes allocates nothing new.
+
+#![deny(missing_docs)]
+
+mod layout;
+mod lower;
+mod marshal;
+mod runtime;
+
+use cranelift_codegen::ir::{types, AbiParam, InstBuilder, MemFlagsData};
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{FuncId as CFuncId, Linkage, Module as _};
+use layout::{Arena, Ctx, Runtime};
+use mcir_interp::{Limits, RuntimeError, RuntimeErrorKind, Val};
+use mcir_ir::entity::EntityRef;
+use mcir_ir::{FuncId, Module, TypeTable};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Type and source tables of a compiled module, shared with the runtime.
+pub(crate) struct Tables {
+    pub types: TypeTable,
+    pub sites: lower::Sites,
+}
+
+/// Why a module could not be compiled (an internal error: verified IR always lowers).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JitError(pub String);
+
+impl std::fmt::Display for JitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "native code generation failed: {}", self.0)
+    }
+}
+
+impl std::error::Error for JitError {}
+
+struct Compiled {
+    jit: Option<JITModule>,
+    /// The entry trampoline of each function: `extern "C" fn(ctx, args, ret)`.
+    entries: Vec<*const u8>,
+    tables: Box<Tables>,
+    module: Module,
+}
+
+// SAFETY: after `compile` the JIT module is never touched again except to free its
+// memory in `Drop`; the finalized code is plain machine code that writes only through
+// the context and arena of the call running it, so any number of threads may run it.
+unsafe impl Send for Compiled {}
+// SAFETY: as above.
+unsafe impl Sync for Compiled {}
+
+impl Drop for Compiled {
+    fn drop(&mut self) {
+        if let Some(jit) = self.jit.take() {
+            // SAFETY: no function pointer into this module outlives `Compiled`: they are
+            // only used by calls that borrow it.
+            unsafe { jit.free_memory() };
+        }
+    }
+}
+
+/// A compiled module. Cheap to clone; calls may run on several threads at once.
+#[derive(Clone)]
+pub struct Jit {
+    inner: Arc<Compiled>,
+}
+
+impl std::fmt::Debug for Jit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Jit({} functions)", self.inner.entries.len())
+    }
+}
+
+/// The memory of calls: an arena reset after each call but kept for the next.
+pub struct Workspace {
+    arena: Option<Arena>,
+}
+
+impl Default for Workspace {
+    fn default() -> Self {
+        Workspace::new()
+    }
+}
+
+impl Workspace {
+    /// An empty workspace.
+    pub fn new() -> Workspace {
+        Workspace { arena: None }
+    }
+
+    /// Bytes of memory the workspace holds for reuse.
+    pub fn capacity_bytes(&self) -> usize {
+        self.arena.as_ref().map(|a| a.capacity_bytes()).unwrap_or(0)
+    }
+}
+
+fn math_functions() -> Vec<(&'static str, *const u8)> {
+    use runtime::*;
+    let f = |x: extern "C" fn(f64) -> f64| x as *const u8;
+    vec![
+        ("mc_sin", f(mc_sin)),
+        ("mc_cos", f(mc_cos)),
+        ("mc_tan", f(mc_tan)),
+        ("mc_asin", f(mc_asin)),
+        ("mc_acos", f(mc_acos)),
+        ("mc_atan", f(mc_atan)),
+        ("mc_sinh", f(mc_sinh)),
+        ("mc_cosh", f(mc_cosh)),
+        ("mc_tanh", f(mc_tanh)),
+        ("mc_exp", f(mc_exp)),
+        ("mc_log", f(mc_log)),
+        ("mc_log1p", f(mc_log1p)),
+        ("mc_expm1", f(mc_expm1)),
+        ("mc_round", f(mc_round)),
+    ]
+}
+
+impl Jit {
+    /// Compiles every function of `module`, which must pass the verifier.
+    pub fn compile(module: &Module) -> Result<Jit, JitError> {
+        let err = |e: &dyn std::fmt::Display| JitError(e.to_string());
+        let mut flags = settings::builder();
+        flags.set("opt_level", "speed").map_err(|e| err(&e))?;
+        flags.set("is_pic", "false").map_err(|e| err(&e))?;
+        flags.set("use_colocated_libcalls", "false").map_err(|e| err(&e))?;
+        flags
+            .set("enable_verifier", if cfg!(debug_assertions) { "true" } else { "false" })
+            .map_err(|e| err(&e))?;
+        let isa = cranelift_native::builder()
+            .map_err(|e| err(&e))?
+            .finish(settings::Flags::new(flags))
+            .map_err(|e| err(&e))?;
+        let mut jb = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
+        let rt_fns = lower::runtime_functions();
+        let math = math_functions();
+        for r in &rt_fns {
+            jb.symbol(r.name, r.ptr);
+        }
+        for (name, ptr) in &math {
+            jb.symbol(*name, *ptr);
+        }
+        // Libcalls Cranelift may emit on CPUs without SSE4.1.
+        extern "C" fn floor(x: f64) -> f64 {
+            x.floor()
+        }
+        extern "C" fn ceil(x: f64) -> f64 {
+            x.ceil()
+        }
+        extern "C" fn trunc(x: f64) -> f64 {
+            x.trunc()
+        }
+        extern "C" fn nearbyint(x: f64) -> f64 {
+            x.round_ties_even()
+        }
+        jb.symbol("floor", floor as *const u8);
+        jb.symbol("ceil", ceil as *const u8);
+        jb.symbol("trunc", trunc as *const u8);
+        jb.symbol("nearbyint", nearbyint as *const u8);
+        let mut jit = JITModule::new(jb);
+        // Imports.
+        let mut runtime: HashMap<&'static str, CFuncId> = HashMap::new();
+        for r in &rt_fns {
+            let mut sig = jit.make_signature();
+            sig.params.extend(r.params.iter().map(|&t| AbiParam::new(t)));
+            sig.returns.extend(r.ret.iter().map(|&t| AbiParam::new(t)));
+            let id = jit.declare_function(r.name, Linkage::Import, &sig).map_err(|e| err(&e))?;
+            runtime.insert(r.name, id);
+        }
+        for (name, _) in &math {
+            let mut sig = jit.make_signature();
+            sig.params.push(AbiParam::new(types::F64));
+            sig.returns.push(AbiParam::new(types::F64));
+            let id = jit.declare_function(name, Linkage::Import, &sig).map_err(|e| err(&e))?;
+            runtime.insert(name, id);
+        }
+        // Functions and their entry trampolines.
+        let mut funcs = Vec::new();
+        let mut tramps = Vec::new();
+        for (id, f) in module.funcs.iter() {
+            let sig = lower::signature(&jit, f);
+            let cid = jit
+                .declare_function(&format!("f{}", id.index()), Linkage::Local, &sig)
+                .map_err(|e| err(&e))?;
+            funcs.push(cid);
+            let mut tsig = jit.make_signature();
+            for _ in 0..3 {
+                tsig.params.push(AbiParam::new(types::I64));
+            }
+            let tid = jit
+                .declare_function(&format!("entry{}", id.index()), Linkage::Local, &tsig)
+                .map_err(|e| err(&e))?;
+            tramps.push((tid, tsig));
+        }
+        let mut sites = Vec::new();
+        let mut ctx = jit.make_context();
+        let mut fctx = FunctionBuilderContext::new();
+        for (id, _) in module.funcs.iter() {
+            {
+                let mut l = lower::Lowering {
+                    jit: &mut jit,
+                    module,
+                    funcs: &funcs,
+                    runtime: &runtime,
+                    sites: &mut sites,
+                };
+                l.lower(id, &mut ctx.func, &mut fctx)
+                    .map_err(|e| JitError(format!("@{}: {e}", module.funcs[id].name)))?;
+            }
+            if let Err(e) = jit.define_function(funcs[id.index()], &mut ctx) {
+                let detail = match e {
+                    cranelift_module::ModuleError::Compilation(c) => {
+                        cranelift_codegen::print_errors::pretty_error(&ctx.func, c)
+                    }
+                    other => other.to_string(),
+                };
+                return Err(JitError(format!("@{}: {detail}", module.funcs[id].name)));
+            }
+            jit.clear_context(&mut ctx);
+            // The trampoline: unpack arguments from 8-byte slots, call, store the result.
+            let f = &module.funcs[id];
+            ctx.func.signature = tramps[id.index()].1.clone();
+            {
+                let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
+                let blk = b.create_block();
+                b.append_block_params_for_function_params(blk);
+                b.switch_to_block(blk);
+                let ps = b.block_params(blk).to_vec();
+                let mut args = vec![ps[0]];
+                for (k, &t) in f.params.iter().enumerate() {
+                    args.push(b.ins().load(
+                        lower::machine_type(t),
+                        MemFlagsData::trusted(),
+                        ps[1],
+                        8 * k as i32,
+                    ));
+                }
+                let callee = jit.declare_func_in_func(funcs[id.index()], b.func);
+                let call = b.ins().call(callee, &args);
+                if let (Some(&r), Some(t)) = (b.inst_results(call).first(), f.ret) {
+                    let w =
+                        if lower::machine_type(t) == types::I8 { b.ins().uextend(types::I64, r) } else { r };
+                    b.ins().store(MemFlagsData::trusted(), w, ps[2], 0);
+                }
+                b.ins().return_(&[]);
+                b.seal_all_blocks();
+                b.finalize(jit.target_config());
+            }
+            jit.define_function(tramps[id.index()].0, &mut ctx).map_err(|e| err(&e))?;
+            jit.clear_context(&mut ctx);
+        }
+        jit.finalize_definitions().map_err(|e| err(&e))?;
+        let entries = tramps.iter().map(|(t, _)| jit.get_finalized_function(*t)).collect();
+        let tables = Box::new(Tables { types: module.types.clone(), sites });
+        Ok(Jit { inner: Arc::new(Compiled { jit: Some(jit), entries, tables, module: module.clone() }) })
+    }
+
+    /// The module this was compiled from.
+    pub fn module(&self) -> &Module {
+        &self.inner.module
+    }
+
+    /// Runs `func` on `args` (which must fit its signature) with a fresh workspace.
+    pub fn call(&self, func: FuncId, args: &[Val], limits: &Limits) -> Result<Option<Val>, RuntimeError> {
+        self.call_in(&mut Workspace::new(), func, args, limits)
+    }
+
+    /// Runs `func` on `args` in `workspace`, whose memory is reused. Address-identified
+    /// arguments show the call's effects afterwards, as with the interpreter.
+    pub fn call_in(
+        &self,
+        workspace: &mut Workspace,
+        func: FuncId,
+        args: &[Val],
+        limits: &Limits,
+    ) -> Result<Option<Val>, RuntimeError> {
+        let c = &*self.inner;
+        let f = c.module.funcs.get(func).ok_or_else(|| internal("no such function"))?;
+        let entry = *c.entries.get(func.index()).ok_or_else(|| internal("no such function"))?;
+        let mut arena = workspace.arena.take().unwrap_or_else(|| Arena::new(limits.max_alloc_bytes));
+        arena.reset();
+        arena.max_alloc_bytes = limits.max_alloc_bytes;
+        let mut rt = Runtime {
+            arena,
+            error: None,
+            tables: &*c.tables as *const Tables,
+            timeout: limits.timeout.unwrap_or_default(),
+        };
+        let result = run(c, f, entry, &mut rt, args, limits);
+        rt.arena.reset();
+        workspace.arena = Some(rt.arena);
+        result
+    }
+}
+
+fn internal(m: &str) -> RuntimeError {
+    RuntimeError {
+        kind: RuntimeErrorKind::Internal(m.to_string()),
+        span: Default::default(),
+        function: String::new(),
+    }
+}
+
+fn run(
+    c: &Compiled,
+    f: &mcir_ir::Function,
+    entry: *const u8,
+    rt: &mut Runtime,
+    args: &[Val],
+    limits: &Limits,
+) -> Result<Option<Val>, RuntimeError> {
+    let types = &c.tables.types;
+    if args.len() != f.params.len() {
+        return Err(internal("wrong number of arguments"));
+    }
+    let mut seen = HashMap::new();
+    let mut inputs = marshal::Inputs::new();
+    let mut words = Vec::with_capacity(args.len());
+    for (a, &t) in args.iter().zip(&f.params) {
+        let w = marshal::to_native(types, rt, t, a, &mut seen, &mut inputs).map_err(|kind| RuntimeError {
+            kind,
+            span: f.span,
+            function: f.name.clone(),
+        })?;
+        words.push(w);
+    }
+    let here = 0u8;
+    let sp = &here as *const u8 as u64;
+    let mut ctx = Ctx {
+        status: 0,
+        depth: 1,
+        max_depth: limits.max_call_depth as u64,
+        stack_limit: sp.saturating_sub(limits.stack_bytes as u64),
+        interrupt: AtomicU64::new(0),
+        rt: rt as *mut Runtime,
+    };
+    let mut ret: u64 = 0;
+    // SAFETY: `entry` is the trampoline of `f`, finalized in `c` (alive for this call),
+    // with the signature `extern "C" fn(*mut Ctx, *const u64, *mut u64)`; `words` holds
+    // one slot per parameter, and `ctx` and `rt` stay valid and exclusive for the call.
+    let call =
+        unsafe { std::mem::transmute::<*const u8, extern "C" fn(*mut Ctx, *const u64, *mut u64)>(entry) };
+    match limits.timeout {
+        Some(limit) => {
+            let done = AtomicBool::new(false);
+            let interrupt = &ctx.interrupt as *const AtomicU64 as usize;
+            std::thread::scope(|s| {
+                let watchdog = s.spawn(|| {
+                    let deadline = std::time::Instant::now() + limit;
+                    while !done.load(Ordering::Acquire) {
+                        let now = std::time::Instant::now();
+                        if now >= deadline {
+                            // SAFETY: the context outlives this scope; the field is atomic.
+                            unsafe { (*(interrupt as *const AtomicU64)).store(1, Ordering::Release) };
+                            break;
+                        }
+                        std::thread::park_timeout(deadline - now);
+                    }
+                });
+                call(&mut ctx, words.as_ptr(), &mut ret);
+                done.store(true, Ordering::Release);
+                watchdog.thread().unpark();
+            });
+        }
+        None => call(&mut ctx, words.as_ptr(), &mut ret),
+    }
+    if ctx.status != 0 {
+        let (kind, site) =
+            rt.error.take().unwrap_or((RuntimeErrorKind::Internal("unknown failure".into()), 0));
+        let (function, span) = c.tables.sites.get(site as usize).cloned().unwrap_or_default();
+        return Err(RuntimeError { kind, span, function });
+    }
+    let mut known = HashMap::new();
+    marshal::write_back(types, &inputs, &mut known);
+    Ok(f.ret.map(|t| marshal::from_native(types, t, ret, &mut known)))
+}

@@ -1,0 +1,758 @@
+//! Lowering mcir IR to Cranelift IR. Each IR block becomes a Cranelift block with the
+//! same parameters; each op becomes a few instructions or a call into the runtime.
+//! Every function takes the call context as a hidden first parameter. Every check the
+//! interpreter makes is made here too: a failing check calls `mc_fail` with the site of
+//! the operation and returns; after any call that may fail, the context's status is
+//! tested and the function returns at once if it is set. Nothing traps.
+
+use crate::layout::{array, ctx, stack};
+use crate::runtime::*;
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::{
+    types, AbiParam, Block as CBlock, FuncRef, InstBuilder, MemFlagsData, Signature, Type as CType,
+    UserFuncName, Value as CValue,
+};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use cranelift_jit::JITModule;
+use cranelift_module::{FuncId as CFuncId, Module as _};
+use mcir_ir::cfg::ControlFlow;
+use mcir_ir::entity::EntityRef;
+use mcir_ir::{
+    BlockCall, CmpOp, FBinOp, FUnOp, FuncId, Function, IBinOp, IUnOp, Module, Op, Scalar, Span, Terminator,
+    Type, TypeId, TypeTable, Value,
+};
+use std::collections::HashMap;
+
+/// A runtime function as generated code sees it.
+pub(crate) struct RtFn {
+    pub name: &'static str,
+    pub ptr: *const u8,
+    pub params: &'static [CType],
+    pub ret: Option<CType>,
+}
+
+const P: CType = types::I64;
+const F: CType = types::F64;
+
+macro_rules! rtfns {
+    ($($name:literal => $f:expr, [$($p:expr),*] -> $r:expr;)*) => {
+        pub(crate) fn runtime_functions() -> Vec<RtFn> {
+            vec![$(RtFn { name: $name, ptr: $f as *const u8, params: &[$($p),*], ret: $r }),*]
+        }
+    };
+}
+
+rtfns! {
+    "mc_fail" => mc_fail as extern "C" fn(_, _, _, _, _, _), [P, P, P, P, P, P] -> None;
+    "mc_alloc" => mc_alloc as extern "C" fn(_, _, _) -> _, [P, P, P] -> Some(P);
+    "mc_array_new" => mc_array_new as extern "C" fn(_, _, _, _, _, _, _) -> _, [P, P, P, P, P, P, P] -> Some(P);
+    "mc_array_fill_f64" => mc_array_fill_f64 as extern "C" fn(_, _, _, _, _, _, _) -> _, [P, P, F, P, P, P, P] -> Some(P);
+    "mc_array_fill_i64" => mc_array_fill_i64 as extern "C" fn(_, _, _, _, _, _, _) -> _, [P, P, P, P, P, P, P] -> Some(P);
+    "mc_array_fill_bool" => mc_array_fill_bool as extern "C" fn(_, _, _, _, _, _, _) -> _, [P, P, P, P, P, P, P] -> Some(P);
+    "mc_array_copy" => mc_array_copy as extern "C" fn(_, _, _, _) -> _, [P, P, P, P] -> Some(P);
+    "mc_copy_into" => mc_copy_into as extern "C" fn(_, _, _, _, _), [P, P, P, P, P] -> None;
+    "mc_zeros_like" => mc_zeros_like as extern "C" fn(_, _, _) -> _, [P, P, P] -> Some(P);
+    "mc_sum_f64" => mc_sum_f64 as extern "C" fn(_, _, _) -> _, [P, P, P] -> Some(F);
+    "mc_sum_i64" => mc_sum_i64 as extern "C" fn(_, _, _) -> _, [P, P, P] -> Some(P);
+    "mc_dot" => mc_dot as extern "C" fn(_, _, _, _) -> _, [P, P, P, P] -> Some(F);
+    "mc_map_f64" => mc_map_f64 as extern "C" fn(_, _, _, _, _, _, _) -> _, [P, P, P, P, P, P, F] -> Some(P);
+    "mc_map_i64" => mc_map_i64 as extern "C" fn(_, _, _, _, _, _, _) -> _, [P, P, P, P, P, P, P] -> Some(P);
+    "mc_map_unary" => mc_map_unary as extern "C" fn(_, _, _, _) -> _, [P, P, P, P] -> Some(P);
+    "mc_map_powi" => mc_map_powi as extern "C" fn(_, _, _, _) -> _, [P, P, P, P] -> Some(P);
+    "mc_add_into" => mc_add_into as extern "C" fn(_, _, _, _, _, _), [P, P, P, P, F, P] -> None;
+    "mc_axpy" => mc_axpy as extern "C" fn(_, _, _, _, _), [P, P, P, F, P] -> None;
+    "mc_move_add" => mc_move_add as extern "C" fn(_, _, _, _), [P, P, P, P] -> None;
+    "mc_stack_new" => mc_stack_new as extern "C" fn(_, _) -> _, [P, P] -> Some(P);
+    "mc_stack_grow" => mc_stack_grow as extern "C" fn(_, _, _), [P, P, P] -> None;
+    "mc_ftoi" => mc_ftoi as extern "C" fn(_, _, _) -> _, [P, P, F] -> Some(P);
+    "mc_print" => mc_print as extern "C" fn(_, _, _), [P, P, P] -> None;
+    "mc_pow" => mc_pow as extern "C" fn(_, _) -> _, [F, F] -> Some(F);
+    "mc_atan2" => mc_atan2 as extern "C" fn(_, _) -> _, [F, F] -> Some(F);
+    "mc_powi" => mc_powi as extern "C" fn(_, _) -> _, [F, P] -> Some(F);
+}
+
+/// The machine type of an IR type: `f64`, `i64`, a byte for `bool`, a pointer otherwise.
+pub(crate) fn machine_type(t: TypeId) -> CType {
+    match t {
+        TypeTable::F64 => types::F64,
+        TypeTable::BOOL => types::I8,
+        _ => types::I64,
+    }
+}
+
+fn flags() -> MemFlagsData {
+    MemFlagsData::trusted()
+}
+
+/// Where each check and fallible call is in the source, by site number.
+pub(crate) type Sites = Vec<(String, Span)>;
+
+/// Declares, for every function of the module, its Cranelift signature.
+pub(crate) fn signature(m: &JITModule, f: &Function) -> Signature {
+    let mut sig = m.make_signature();
+    sig.params.push(AbiParam::new(P));
+    for &t in &f.params {
+        sig.params.push(AbiParam::new(machine_type(t)));
+    }
+    if let Some(r) = f.ret {
+        sig.returns.push(AbiParam::new(machine_type(r)));
+    }
+    sig
+}
+
+/// The state shared by the lowering of every function of a module.
+pub(crate) struct Lowering<'a> {
+    pub jit: &'a mut JITModule,
+    pub module: &'a Module,
+    pub funcs: &'a [CFuncId],
+    pub runtime: &'a HashMap<&'static str, CFuncId>,
+    pub sites: &'a mut Sites,
+}
+
+struct FnLower<'a, 'b> {
+    l: &'b mut Lowering<'a>,
+    b: FunctionBuilder<'b>,
+    f: &'b Function,
+    ctx: CValue,
+    unwind: CBlock,
+    vals: Vec<Option<CValue>>,
+    blocks: Vec<CBlock>,
+    refs: HashMap<CFuncId, FuncRef>,
+}
+
+impl<'a> Lowering<'a> {
+    /// Lowers `func` into `clif` (a fresh Cranelift function with the right signature).
+    pub fn lower(
+        &mut self,
+        func: FuncId,
+        clif: &mut cranelift_codegen::ir::Function,
+        fctx: &mut FunctionBuilderContext,
+    ) -> Result<(), String> {
+        let f = &self.module.funcs[func];
+        clif.signature = signature(self.jit, f);
+        clif.name = UserFuncName::user(0, func.index() as u32);
+        let target = self.jit.target_config();
+        let b = FunctionBuilder::new(clif, fctx);
+        let mut fl = FnLower {
+            l: self,
+            b,
+            f,
+            ctx: CValue::from_u32(0),
+            unwind: CBlock::from_u32(0),
+            vals: vec![None; f.values.len()],
+            blocks: Vec::new(),
+            refs: HashMap::new(),
+        };
+        fl.run()?;
+        fl.b.finalize(target);
+        Ok(())
+    }
+}
+
+impl FnLower<'_, '_> {
+    fn site(&mut self, span: Span) -> i64 {
+        self.l.sites.push((self.f.name.clone(), span));
+        (self.l.sites.len() - 1) as i64
+    }
+
+    fn func_ref(&mut self, id: CFuncId) -> FuncRef {
+        if let Some(&r) = self.refs.get(&id) {
+            return r;
+        }
+        let r = self.l.jit.declare_func_in_func(id, self.b.func);
+        self.refs.insert(id, r);
+        r
+    }
+
+    fn rt_call(&mut self, name: &str, args: &[CValue]) -> Option<CValue> {
+        let id = *self.l.runtime.get(name)?;
+        let r = self.func_ref(id);
+        let call = self.b.ins().call(r, args);
+        self.b.inst_results(call).first().copied()
+    }
+
+    /// A call that may fail: on failure, return at once.
+    fn rt_call_checked(&mut self, name: &str, args: &[CValue]) -> Option<CValue> {
+        let r = self.rt_call(name, args);
+        self.status_check();
+        r
+    }
+
+    fn status_check(&mut self) {
+        let st = self.b.ins().load(types::I64, flags(), self.ctx, ctx::STATUS);
+        let cont = self.b.create_block();
+        self.b.ins().brif(st, self.unwind, &[], cont, &[]);
+        self.b.switch_to_block(cont);
+    }
+
+    /// Fails with `code` when `bad` is true.
+    fn check(&mut self, bad: CValue, site: i64, code: i64, payload: [CValue; 3]) {
+        let fail = self.b.create_block();
+        let cont = self.b.create_block();
+        self.b.ins().brif(bad, fail, &[], cont, &[]);
+        self.b.switch_to_block(fail);
+        self.b.set_cold_block(fail);
+        let (s, c) = (self.b.ins().iconst(P, site), self.b.ins().iconst(P, code));
+        self.rt_call("mc_fail", &[self.ctx, s, c, payload[0], payload[1], payload[2]]);
+        self.b.ins().jump(self.unwind, &[]);
+        self.b.switch_to_block(cont);
+    }
+
+    fn zero(&mut self) -> CValue {
+        self.b.ins().iconst(P, 0)
+    }
+
+    fn v(&self, x: Value) -> Result<CValue, String> {
+        self.vals.get(x.index()).copied().flatten().ok_or_else(|| format!("{x} is used before it is lowered"))
+    }
+
+    fn interrupt_check(&mut self, site: i64) {
+        let c = self.ctx;
+        let addr = self.b.ins().iadd_imm_s(c, ctx::INTERRUPT as i64);
+        let flag = self.b.ins().atomic_load(types::I64, flags(), addr);
+        let z = self.zero();
+        self.check(flag, site, FAIL_TIMEOUT, [z, z, z]);
+    }
+
+    fn run(&mut self) -> Result<(), String> {
+        let f = self.f;
+        let cfg = ControlFlow::compute(f);
+        for (_, _) in f.blocks.iter() {
+            let blk = self.b.create_block();
+            self.blocks.push(blk);
+        }
+        self.unwind = self.b.create_block();
+        // Parameters.
+        let entry = self.blocks[0];
+        self.b.append_block_params_for_function_params(entry);
+        for (bi, (_, data)) in f.blocks.iter().enumerate() {
+            if bi == 0 {
+                let ps = self.b.block_params(entry).to_vec();
+                self.ctx = ps[0];
+                for (k, &p) in data.params.iter().enumerate() {
+                    self.vals[p.index()] = Some(ps[k + 1]);
+                }
+            } else {
+                for &p in &data.params {
+                    let t = machine_type(f.value_type(p));
+                    let v = self.b.append_block_param(self.blocks[bi], t);
+                    self.vals[p.index()] = Some(v);
+                }
+            }
+        }
+        // Loop headers: blocks entered by an edge from a block not before them in RPO.
+        let mut rpo_index = vec![usize::MAX; f.blocks.len()];
+        for (k, b) in cfg.rpo.iter().enumerate() {
+            rpo_index[b.index()] = k;
+        }
+        let mut header = vec![false; f.blocks.len()];
+        for &b in &cfg.rpo {
+            for s in f.blocks[b].term.successors() {
+                if rpo_index[s.block.index()] <= rpo_index[b.index()] {
+                    header[s.block.index()] = true;
+                }
+            }
+        }
+        for (k, &b) in cfg.rpo.iter().enumerate() {
+            let data = &f.blocks[b];
+            self.b.switch_to_block(self.blocks[b.index()]);
+            let first_span = data.insts.first().map(|&i| f.insts[i].span).unwrap_or(data.term_span);
+            if k == 0 {
+                // Entry: the machine stack must not run out (deep recursion).
+                let site = self.site(f.span);
+                let sp = self.b.ins().get_stack_pointer(P);
+                let limit = self.b.ins().load(P, flags(), self.ctx, ctx::STACK_LIMIT);
+                let low = self.b.ins().icmp(IntCC::UnsignedLessThan, sp, limit);
+                let max = self.b.ins().load(P, flags(), self.ctx, ctx::MAX_DEPTH);
+                let z = self.zero();
+                self.check(low, site, FAIL_DEPTH, [max, z, z]);
+                let site = self.site(first_span);
+                self.interrupt_check(site);
+            } else if header[b.index()] {
+                let site = self.site(first_span);
+                self.interrupt_check(site);
+            }
+            for &inst in &data.insts {
+                self.inst(inst)?;
+            }
+            self.terminator(&data.term)?;
+        }
+        // Unwinding: return a dummy value; the caller tests the status.
+        self.b.switch_to_block(self.unwind);
+        self.b.set_cold_block(self.unwind);
+        match f.ret {
+            Some(t) => {
+                let z = match machine_type(t) {
+                    types::F64 => self.b.ins().f64const(0.0),
+                    mt => self.b.ins().iconst(mt, 0),
+                };
+                self.b.ins().return_(&[z]);
+            }
+            None => {
+                self.b.ins().return_(&[]);
+            }
+        }
+        self.b.seal_all_blocks();
+        Ok(())
+    }
+
+    fn block_args(&self, call: &BlockCall) -> Result<Vec<cranelift_codegen::ir::BlockArg>, String> {
+        call.args.iter().map(|&a| self.v(a).map(|v| v.into())).collect()
+    }
+
+    fn terminator(&mut self, term: &Terminator) -> Result<(), String> {
+        match term {
+            Terminator::Jump(c) => {
+                let args = self.block_args(c)?;
+                self.b.ins().jump(self.blocks[c.block.index()], &args);
+            }
+            Terminator::Branch { cond, then_dest, else_dest } => {
+                let c = self.v(*cond)?;
+                let (ta, ea) = (self.block_args(then_dest)?, self.block_args(else_dest)?);
+                self.b.ins().brif(
+                    c,
+                    self.blocks[then_dest.block.index()],
+                    &ta,
+                    self.blocks[else_dest.block.index()],
+                    &ea,
+                );
+            }
+            Terminator::Return(v) => {
+                let vals: Vec<CValue> = v.iter().map(|&x| self.v(x)).collect::<Result<_, _>>()?;
+                self.b.ins().return_(&vals);
+            }
+        }
+        Ok(())
+    }
+
+    fn elem_kind(types: &TypeTable, t: TypeId) -> (i64, CType, i64) {
+        match types.as_array(t).map(|(e, _)| e) {
+            Some(Scalar::I64) => (ELEM_I64, types::I64, 8),
+            Some(Scalar::Bool) => (ELEM_BOOL, types::I8, 1),
+            _ => (ELEM_F64, types::F64, 8),
+        }
+    }
+
+    /// The address of element `idx` of array `a`, after checking every index.
+    fn element_addr(&mut self, a: CValue, idx: &[CValue], elem_bytes: i64, site: i64) -> CValue {
+        let mut flat: Option<CValue> = None;
+        for (d, &i) in idx.iter().enumerate() {
+            let ext = self.b.ins().load(P, flags(), a, array::DIMS + 8 * d as i32);
+            let bad = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, i, ext);
+            let dim = self.b.ins().iconst(P, d as i64);
+            self.check(bad, site, FAIL_INDEX, [i, dim, ext]);
+            flat = Some(match flat {
+                None => i,
+                Some(prev) => {
+                    let m = self.b.ins().imul(prev, ext);
+                    self.b.ins().iadd(m, i)
+                }
+            });
+        }
+        let flat = flat.unwrap_or_else(|| self.b.ins().iconst(P, 0));
+        let data = self.b.ins().load(P, flags(), a, array::DATA);
+        let off = if elem_bytes == 1 { flat } else { self.b.ins().imul_imm_s(flat, elem_bytes) };
+        self.b.ins().iadd(data, off)
+    }
+
+    fn alloc(&mut self, bytes: i64, site: i64) -> CValue {
+        let s = self.b.ins().iconst(P, site);
+        let n = self.b.ins().iconst(P, bytes);
+        self.rt_call_checked("mc_alloc", &[self.ctx, s, n]).unwrap_or(n)
+    }
+
+    fn fmin_max(&mut self, op: FBinOp, a: CValue, b: CValue) -> CValue {
+        // `b` only when strictly better; NaN in either gives NaN (as the interpreter).
+        let cc = if op == FBinOp::Min { FloatCC::LessThan } else { FloatCC::GreaterThan };
+        let better = self.b.ins().fcmp(cc, b, a);
+        let r = self.b.ins().select(better, b, a);
+        let b_nan = self.b.ins().fcmp(FloatCC::Unordered, b, b);
+        self.b.ins().select(b_nan, b, r)
+    }
+
+    fn unary(&mut self, op: FUnOp, x: CValue) -> CValue {
+        match op {
+            FUnOp::Neg => self.b.ins().fneg(x),
+            FUnOp::Sqrt => self.b.ins().sqrt(x),
+            FUnOp::Abs => self.b.ins().fabs(x),
+            FUnOp::Floor => self.b.ins().floor(x),
+            FUnOp::Ceil => self.b.ins().ceil(x),
+            FUnOp::Sign => {
+                let zero = self.b.ins().f64const(0.0);
+                let one = self.b.ins().f64const(1.0);
+                let minus = self.b.ins().f64const(-1.0);
+                let pos = self.b.ins().fcmp(FloatCC::GreaterThan, x, zero);
+                let neg = self.b.ins().fcmp(FloatCC::LessThan, x, zero);
+                let r = self.b.ins().select(neg, minus, x);
+                self.b.ins().select(pos, one, r)
+            }
+            _ => {
+                let name = format!("mc_{}", op.name());
+                let id = self.l.runtime.get(name.as_str()).copied();
+                match id {
+                    Some(id) => {
+                        let r = self.func_ref(id);
+                        let call = self.b.ins().call(r, &[x]);
+                        self.b.inst_results(call)[0]
+                    }
+                    None => x,
+                }
+            }
+        }
+    }
+
+    fn inst(&mut self, inst: mcir_ir::Inst) -> Result<(), String> {
+        let f = self.f;
+        let types = &self.l.module.types;
+        let d = &f.insts[inst];
+        let args: Vec<CValue> = d.args.iter().map(|&a| self.v(a)).collect::<Result<_, _>>()?;
+        let arg_ty = |k: usize| f.value_type(d.args[k]);
+        let result_ty = d.result.map(|r| f.value_type(r));
+        let fallible_site = |s: &mut Self| s.site(d.span);
+        let out: Option<CValue> = match &d.op {
+            Op::FConst(c) => Some(self.b.ins().f64const(*c)),
+            Op::IConst(c) => Some(self.b.ins().iconst(types::I64, *c)),
+            Op::BConst(c) => Some(self.b.ins().iconst(types::I8, *c as i64)),
+            Op::FBinary(op) => Some(match op {
+                FBinOp::Add => self.b.ins().fadd(args[0], args[1]),
+                FBinOp::Sub => self.b.ins().fsub(args[0], args[1]),
+                FBinOp::Mul => self.b.ins().fmul(args[0], args[1]),
+                FBinOp::Div => self.b.ins().fdiv(args[0], args[1]),
+                FBinOp::Min | FBinOp::Max => self.fmin_max(*op, args[0], args[1]),
+                FBinOp::Pow => self.rt_call("mc_pow", &args).unwrap_or(args[0]),
+                FBinOp::Atan2 => self.rt_call("mc_atan2", &args).unwrap_or(args[0]),
+            }),
+            Op::FUnary(op) => Some(self.unary(*op, args[0])),
+            Op::FPowI => self.rt_call("mc_powi", &args),
+            Op::IBinary(op) => {
+                let site = fallible_site(self);
+                let z = self.zero();
+                let (a, b) = (args[0], args[1]);
+                Some(match op {
+                    IBinOp::Add | IBinOp::Sub | IBinOp::Mul => {
+                        let (r, of) = match op {
+                            IBinOp::Add => self.b.ins().sadd_overflow(a, b),
+                            IBinOp::Sub => self.b.ins().ssub_overflow(a, b),
+                            _ => self.b.ins().smul_overflow(a, b),
+                        };
+                        self.check(of, site, FAIL_OVERFLOW, [z, z, z]);
+                        r
+                    }
+                    IBinOp::Div | IBinOp::Rem => {
+                        let is_zero = self.b.ins().icmp_imm_s(IntCC::Equal, b, 0);
+                        self.check(is_zero, site, FAIL_DIV_ZERO, [z, z, z]);
+                        let min = self.b.ins().icmp_imm_s(IntCC::Equal, a, i64::MIN);
+                        let m1 = self.b.ins().icmp_imm_s(IntCC::Equal, b, -1);
+                        let both = self.b.ins().band(min, m1);
+                        self.check(both, site, FAIL_OVERFLOW, [z, z, z]);
+                        if *op == IBinOp::Div {
+                            self.b.ins().sdiv(a, b)
+                        } else {
+                            self.b.ins().srem(a, b)
+                        }
+                    }
+                    IBinOp::Min => self.b.ins().smin(a, b),
+                    IBinOp::Max => self.b.ins().smax(a, b),
+                })
+            }
+            Op::IUnary(op) => {
+                let site = fallible_site(self);
+                let z = self.zero();
+                let a = args[0];
+                let min = self.b.ins().icmp_imm_s(IntCC::Equal, a, i64::MIN);
+                self.check(min, site, FAIL_OVERFLOW, [z, z, z]);
+                Some(match op {
+                    IUnOp::Neg => self.b.ins().ineg(a),
+                    IUnOp::Abs => self.b.ins().iabs(a),
+                })
+            }
+            Op::FCmp(c) => {
+                let cc = match c {
+                    CmpOp::Eq => FloatCC::Equal,
+                    CmpOp::Ne => FloatCC::NotEqual,
+                    CmpOp::Lt => FloatCC::LessThan,
+                    CmpOp::Le => FloatCC::LessThanOrEqual,
+                    CmpOp::Gt => FloatCC::GreaterThan,
+                    CmpOp::Ge => FloatCC::GreaterThanOrEqual,
+                };
+                Some(self.b.ins().fcmp(cc, args[0], args[1]))
+            }
+            Op::ICmp(c) | Op::BCmp(c) => {
+                let cc = match c {
+                    CmpOp::Eq => IntCC::Equal,
+                    CmpOp::Ne => IntCC::NotEqual,
+                    CmpOp::Lt => IntCC::SignedLessThan,
+                    CmpOp::Le => IntCC::SignedLessThanOrEqual,
+                    CmpOp::Gt => IntCC::SignedGreaterThan,
+                    CmpOp::Ge => IntCC::SignedGreaterThanOrEqual,
+                };
+                Some(self.b.ins().icmp(cc, args[0], args[1]))
+            }
+            Op::Not => Some(self.b.ins().icmp_imm_s(IntCC::Equal, args[0], 0)),
+            Op::IToF => Some(self.b.ins().fcvt_from_sint(types::F64, args[0])),
+            Op::FToI => {
+                let site = fallible_site(self);
+                let s = self.b.ins().iconst(P, site);
+                self.rt_call_checked("mc_ftoi", &[self.ctx, s, args[0]])
+            }
+            Op::Select => Some(self.b.ins().select(args[0], args[1], args[2])),
+            Op::ArrayFill => {
+                let site = fallible_site(self);
+                let rt = result_ty.ok_or("array.fill without result")?;
+                let (kind, _, _) = Self::elem_kind(types, rt);
+                let s = self.b.ins().iconst(P, site);
+                let rank = self.b.ins().iconst(P, (args.len() - 1) as i64);
+                let mut dims: Vec<CValue> = args[1..].to_vec();
+                while dims.len() < 3 {
+                    dims.push(self.zero());
+                }
+                let name = match kind {
+                    ELEM_F64 => "mc_array_fill_f64",
+                    ELEM_I64 => "mc_array_fill_i64",
+                    _ => "mc_array_fill_bool",
+                };
+                let v = if kind == ELEM_BOOL { self.b.ins().uextend(P, args[0]) } else { args[0] };
+                self.rt_call_checked(name, &[self.ctx, s, v, rank, dims[0], dims[1], dims[2]])
+            }
+            Op::ArrayLit(dims) => {
+                let site = fallible_site(self);
+                let rt = result_ty.ok_or("array.lit without result")?;
+                let (kind, _, bytes) = Self::elem_kind(types, rt);
+                let s = self.b.ins().iconst(P, site);
+                let k = self.b.ins().iconst(P, kind);
+                let rank = self.b.ins().iconst(P, dims.len() as i64);
+                let mut ds: Vec<CValue> = dims.iter().map(|&n| self.b.ins().iconst(P, n as i64)).collect();
+                while ds.len() < 3 {
+                    ds.push(self.zero());
+                }
+                let hdr = self.rt_call_checked("mc_array_new", &[self.ctx, s, k, rank, ds[0], ds[1], ds[2]]);
+                let hdr = hdr.ok_or("mc_array_new has no result")?;
+                let data = self.b.ins().load(P, flags(), hdr, array::DATA);
+                for (i, &e) in args.iter().enumerate() {
+                    self.b.ins().store(flags(), e, data, (i as i64 * bytes) as i32);
+                }
+                Some(hdr)
+            }
+            Op::ArrayDim(dim) => Some(self.b.ins().load(P, flags(), args[0], array::DIMS + 8 * *dim as i32)),
+            Op::Load | Op::Store => {
+                let site = fallible_site(self);
+                let (_, et, bytes) = Self::elem_kind(types, arg_ty(0));
+                let n_idx = if matches!(d.op, Op::Load) { args.len() - 1 } else { args.len() - 2 };
+                let addr = self.element_addr(args[0], &args[1..1 + n_idx], bytes, site);
+                if matches!(d.op, Op::Load) {
+                    Some(self.b.ins().load(et, flags(), addr, 0))
+                } else {
+                    self.b.ins().store(flags(), args[args.len() - 1], addr, 0);
+                    None
+                }
+            }
+            Op::ArrayCopy | Op::CopyInto => {
+                let site = fallible_site(self);
+                let (kind, _, _) = Self::elem_kind(types, arg_ty(0));
+                let s = self.b.ins().iconst(P, site);
+                let k = self.b.ins().iconst(P, kind);
+                if matches!(d.op, Op::ArrayCopy) {
+                    self.rt_call_checked("mc_array_copy", &[self.ctx, s, k, args[0]])
+                } else {
+                    self.rt_call_checked("mc_copy_into", &[self.ctx, s, k, args[0], args[1]]);
+                    None
+                }
+            }
+            Op::ZerosLike => {
+                let s = fallible_site(self);
+                let s = self.b.ins().iconst(P, s);
+                self.rt_call_checked("mc_zeros_like", &[self.ctx, s, args[0]])
+            }
+            Op::Sum => {
+                let s = fallible_site(self);
+                let s = self.b.ins().iconst(P, s);
+                let name = if result_ty == Some(TypeTable::F64) { "mc_sum_f64" } else { "mc_sum_i64" };
+                self.rt_call_checked(name, &[self.ctx, s, args[0]])
+            }
+            Op::Dot => {
+                let s = fallible_site(self);
+                let s = self.b.ins().iconst(P, s);
+                self.rt_call_checked("mc_dot", &[self.ctx, s, args[0], args[1]])
+            }
+            Op::MapFBinary(_) | Op::MapIBinary(_) => {
+                let s = fallible_site(self);
+                let s = self.b.ins().iconst(P, s);
+                let is_f = matches!(d.op, Op::MapFBinary(_));
+                let code = match &d.op {
+                    Op::MapFBinary(op) => FBinOp::ALL.iter().position(|o| o == op).unwrap_or(0),
+                    Op::MapIBinary(op) => IBinOp::ALL.iter().position(|o| o == op).unwrap_or(0),
+                    _ => 0,
+                };
+                let code = self.b.ins().iconst(P, code as i64);
+                let a_arr = types.as_array(arg_ty(0)).is_some();
+                let b_arr = types.as_array(arg_ty(1)).is_some();
+                let (mode, arr_a, arr_b, scalar) = match (a_arr, b_arr) {
+                    (true, true) => (MODE_ARRAYS, args[0], args[1], None),
+                    (true, false) => (MODE_ARRAY_SCALAR, args[0], self.zero(), Some(args[1])),
+                    _ => (MODE_SCALAR_ARRAY, args[1], self.zero(), Some(args[0])),
+                };
+                let scalar = match scalar {
+                    Some(x) => x,
+                    None if is_f => self.b.ins().f64const(0.0),
+                    None => self.zero(),
+                };
+                let m = self.b.ins().iconst(P, mode);
+                let name = if is_f { "mc_map_f64" } else { "mc_map_i64" };
+                self.rt_call_checked(name, &[self.ctx, s, code, m, arr_a, arr_b, scalar])
+            }
+            Op::MapFUnary(op) => {
+                let s = fallible_site(self);
+                let s = self.b.ins().iconst(P, s);
+                let code = FUnOp::ALL.iter().position(|o| o == op).unwrap_or(0);
+                let code = self.b.ins().iconst(P, code as i64);
+                self.rt_call_checked("mc_map_unary", &[self.ctx, s, code, args[0]])
+            }
+            Op::MapFPowI => {
+                let s = fallible_site(self);
+                let s = self.b.ins().iconst(P, s);
+                self.rt_call_checked("mc_map_powi", &[self.ctx, s, args[0], args[1]])
+            }
+            Op::AddInto => {
+                let s = fallible_site(self);
+                let s = self.b.ins().iconst(P, s);
+                let scalar = arg_ty(1) == TypeTable::F64;
+                let (src, x) =
+                    if scalar { (self.zero(), args[1]) } else { (args[1], self.b.ins().f64const(0.0)) };
+                let flag = self.b.ins().iconst(P, scalar as i64);
+                self.rt_call_checked("mc_add_into", &[self.ctx, s, args[0], src, x, flag]);
+                None
+            }
+            Op::Axpy => {
+                let s = fallible_site(self);
+                let s = self.b.ins().iconst(P, s);
+                self.rt_call_checked("mc_axpy", &[self.ctx, s, args[0], args[1], args[2]]);
+                None
+            }
+            Op::MoveAdd => {
+                let s = fallible_site(self);
+                let s = self.b.ins().iconst(P, s);
+                self.rt_call_checked("mc_move_add", &[self.ctx, s, args[0], args[1]]);
+                None
+            }
+            Op::RefNew => {
+                let site = fallible_site(self);
+                let cell = self.alloc(8, site);
+                self.b.ins().store(flags(), args[0], cell, 0);
+                Some(cell)
+            }
+            Op::RefLoad => {
+                let t = machine_type(result_ty.ok_or("ref.load without result")?);
+                Some(self.b.ins().load(t, flags(), args[0], 0))
+            }
+            Op::RefStore => {
+                self.b.ins().store(flags(), args[1], args[0], 0);
+                None
+            }
+            Op::TupleNew | Op::StructNew(_) => {
+                if args.is_empty() {
+                    Some(self.zero())
+                } else {
+                    let site = fallible_site(self);
+                    let block = self.alloc(8 * args.len() as i64, site);
+                    for (k, &a) in args.iter().enumerate() {
+                        self.b.ins().store(flags(), a, block, 8 * k as i32);
+                    }
+                    Some(block)
+                }
+            }
+            Op::TupleGet(k) | Op::StructGet(_, k) | Op::MutLoad(_, k) => {
+                let t = machine_type(result_ty.ok_or("field read without result")?);
+                Some(self.b.ins().load(t, flags(), args[0], 8 * *k as i32))
+            }
+            Op::MutStore(_, k) => {
+                self.b.ins().store(flags(), args[1], args[0], 8 * *k as i32);
+                None
+            }
+            Op::Call(callee) => {
+                let site = fallible_site(self);
+                let depth = self.b.ins().load(P, flags(), self.ctx, ctx::DEPTH);
+                let max = self.b.ins().load(P, flags(), self.ctx, ctx::MAX_DEPTH);
+                let deep = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, depth, max);
+                let z = self.zero();
+                self.check(deep, site, FAIL_DEPTH, [max, z, z]);
+                let up = self.b.ins().iadd_imm_s(depth, 1);
+                self.b.ins().store(flags(), up, self.ctx, ctx::DEPTH);
+                let id = self.l.funcs[callee.index()];
+                let r = self.func_ref(id);
+                let mut cargs = vec![self.ctx];
+                cargs.extend(args.iter().copied());
+                let call = self.b.ins().call(r, &cargs);
+                let res = self.b.inst_results(call).first().copied();
+                self.b.ins().store(flags(), depth, self.ctx, ctx::DEPTH);
+                self.status_check();
+                res
+            }
+            Op::Print => {
+                let t = arg_ty(0);
+                let bits = match machine_type(t) {
+                    types::F64 => self.b.ins().bitcast(types::I64, MemFlagsData::new(), args[0]),
+                    types::I8 => self.b.ins().uextend(P, args[0]),
+                    _ => args[0],
+                };
+                let ty = self.b.ins().iconst(P, t.index() as i64);
+                self.rt_call("mc_print", &[self.ctx, ty, bits]);
+                None
+            }
+            Op::StackNew => {
+                let s = fallible_site(self);
+                let s = self.b.ins().iconst(P, s);
+                self.rt_call_checked("mc_stack_new", &[self.ctx, s])
+            }
+            Op::StackPush => {
+                // Fast path inline: store when there is room, grow through the runtime if not.
+                let site = fallible_site(self);
+                let st = args[0];
+                let len = self.b.ins().load(P, flags(), st, stack::LEN);
+                let cap = self.b.ins().load(P, flags(), st, stack::CAP);
+                let full = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, len, cap);
+                let grow = self.b.create_block();
+                let push = self.b.create_block();
+                self.b.ins().brif(full, grow, &[], push, &[]);
+                self.b.switch_to_block(grow);
+                self.b.set_cold_block(grow);
+                let s = self.b.ins().iconst(P, site);
+                self.rt_call_checked("mc_stack_grow", &[self.ctx, s, st]);
+                self.b.ins().jump(push, &[]);
+                self.b.switch_to_block(push);
+                let data = self.b.ins().load(P, flags(), st, stack::DATA);
+                let off = self.b.ins().imul_imm_s(len, 8);
+                let addr = self.b.ins().iadd(data, off);
+                let v = match machine_type(arg_ty(1)) {
+                    types::I8 => self.b.ins().uextend(P, args[1]),
+                    _ => args[1],
+                };
+                self.b.ins().store(flags(), v, addr, 0);
+                let up = self.b.ins().iadd_imm_s(len, 1);
+                self.b.ins().store(flags(), up, st, stack::LEN);
+                None
+            }
+            Op::StackPop => {
+                let site = fallible_site(self);
+                let st = args[0];
+                let len = self.b.ins().load(P, flags(), st, stack::LEN);
+                let empty = self.b.ins().icmp_imm_s(IntCC::Equal, len, 0);
+                let z = self.zero();
+                self.check(empty, site, FAIL_EMPTY_STACK, [z, z, z]);
+                let down = self.b.ins().iadd_imm_s(len, -1);
+                self.b.ins().store(flags(), down, st, stack::LEN);
+                let data = self.b.ins().load(P, flags(), st, stack::DATA);
+                let off = self.b.ins().imul_imm_s(down, 8);
+                let addr = self.b.ins().iadd(data, off);
+                let t = machine_type(result_ty.ok_or("stack.pop without result")?);
+                Some(self.b.ins().load(t, flags(), addr, 0))
+            }
+        };
+        if let (Some(r), Some(v)) = (d.result, out) {
+            self.vals[r.index()] = Some(v);
+        } else if let Some(r) = d.result {
+            return Err(format!("{r} ({}) has no lowered value", types.display(f.value_type(r))));
+        }
+        let _ = Type::Tuple(Vec::new());
+        Ok(())
+    }
+}

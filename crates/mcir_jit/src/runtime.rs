@@ -1,0 +1,498 @@
+//! The runtime generated code calls: allocation in the per-call arena, the array
+//! operations that are loops over whole arrays, error reporting, `print`, and the math
+//! functions Cranelift has no instruction for. Every function is `extern "C"`, never
+//! unwinds (a panic is caught and reported as an internal error), and reports failures
+//! by setting the context's status, after which generated code returns at once.
+
+use crate::layout::{array, stack, Ctx, Runtime};
+use mcir_interp::RuntimeErrorKind as Kind;
+use mcir_ir::{f64_to_i64, powi, FBinOp, FUnOp, IBinOp};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// Element kinds of arrays, as generated code passes them.
+pub(crate) const ELEM_F64: i64 = 0;
+pub(crate) const ELEM_I64: i64 = 1;
+pub(crate) const ELEM_BOOL: i64 = 2;
+
+/// Failure codes of [`mc_fail`].
+pub(crate) const FAIL_INDEX: i64 = 1;
+pub(crate) const FAIL_DIV_ZERO: i64 = 2;
+pub(crate) const FAIL_OVERFLOW: i64 = 3;
+pub(crate) const FAIL_DEPTH: i64 = 4;
+pub(crate) const FAIL_TIMEOUT: i64 = 5;
+pub(crate) const FAIL_EMPTY_STACK: i64 = 6;
+
+/// Records the first error of the call and sets the status.
+fn fail(ctx: *mut Ctx, site: i64, kind: Kind) {
+    // SAFETY: generated code passes the context it was called with, which the caller of
+    // the entry point keeps alive and exclusive for the whole call.
+    unsafe {
+        if (*ctx).status == 0 {
+            (*(*ctx).rt).error = Some((kind, site as u32));
+        }
+        (*ctx).status = 1;
+    }
+}
+
+fn rt<'a>(ctx: *mut Ctx) -> &'a mut Runtime {
+    // SAFETY: as in `fail`; the runtime outlives the call.
+    unsafe { &mut *(*ctx).rt }
+}
+
+/// Runs a runtime function body; a panic becomes an internal error instead of unwinding
+/// into generated code.
+fn guard<T: Default>(ctx: *mut Ctx, site: i64, body: impl FnOnce() -> Result<T, Kind>) -> T {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(v)) => v,
+        Ok(Err(kind)) => {
+            fail(ctx, site, kind);
+            T::default()
+        }
+        Err(_) => {
+            fail(ctx, site, Kind::Internal("the runtime panicked".into()));
+            T::default()
+        }
+    }
+}
+
+/// A view of an array header.
+#[derive(Clone, Copy)]
+pub(crate) struct ArrayRef {
+    pub header: *mut u8,
+}
+
+impl ArrayRef {
+    fn word(&self, offset: i32) -> i64 {
+        // SAFETY: headers are 48-byte blocks the runtime allocated; offsets are in range.
+        unsafe { *(self.header.add(offset as usize) as *const i64) }
+    }
+    pub fn len(&self) -> usize {
+        self.word(array::LEN) as usize
+    }
+    pub fn rank(&self) -> usize {
+        self.word(array::RANK) as usize
+    }
+    pub fn shape(&self) -> Vec<usize> {
+        (0..self.rank().min(3)).map(|d| self.word(array::DIMS + 8 * d as i32) as usize).collect()
+    }
+    pub fn data(&self) -> *mut u8 {
+        self.word(array::DATA) as *mut u8
+    }
+    pub fn f64s<'a>(&self) -> &'a mut [f64] {
+        // SAFETY: an f64 array's data holds `len` f64s; callers never hold two views of
+        // one array at once (aliasing inputs are copied first where it matters).
+        unsafe { std::slice::from_raw_parts_mut(self.data() as *mut f64, self.len()) }
+    }
+    pub fn i64s<'a>(&self) -> &'a mut [i64] {
+        // SAFETY: as for `f64s`.
+        unsafe { std::slice::from_raw_parts_mut(self.data() as *mut i64, self.len()) }
+    }
+    pub fn bools<'a>(&self) -> &'a mut [u8] {
+        // SAFETY: as for `f64s`; booleans are bytes.
+        unsafe { std::slice::from_raw_parts_mut(self.data(), self.len()) }
+    }
+}
+
+fn arr(p: *mut u8) -> Result<ArrayRef, Kind> {
+    if p.is_null() {
+        return Err(Kind::Internal("a null array".into()));
+    }
+    Ok(ArrayRef { header: p })
+}
+
+fn same_shape(a: ArrayRef, b: ArrayRef) -> Result<(), Kind> {
+    let (x, y) = (a.shape(), b.shape());
+    if x != y {
+        return Err(Kind::ShapeMismatch { left: x, right: y });
+    }
+    Ok(())
+}
+
+/// Allocates an array of the given element kind and shape (zeroed).
+pub(crate) fn new_array(r: &mut Runtime, elem: i64, shape: &[usize]) -> Result<ArrayRef, Kind> {
+    let count = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).unwrap_or(usize::MAX);
+    let elem_bytes: u64 = if elem == ELEM_BOOL { 1 } else { 8 };
+    let limit_bytes = (count as u64).saturating_mul(8);
+    if limit_bytes > r.arena.max_alloc_bytes {
+        return Err(Kind::AllocationTooLarge { bytes: limit_bytes, limit: r.arena.max_alloc_bytes });
+    }
+    let header = r.arena.alloc(array::HEADER_BYTES as u64)?;
+    let data = r.arena.alloc((count as u64).saturating_mul(elem_bytes))?;
+    // SAFETY: `header` is a fresh 48-byte block.
+    unsafe {
+        let w = header as *mut i64;
+        *w = data as i64;
+        *w.add(1) = count as i64;
+        *w.add(2) = shape.len() as i64;
+        for (d, &n) in shape.iter().enumerate().take(3) {
+            *w.add(3 + d) = n as i64;
+        }
+    }
+    Ok(ArrayRef { header })
+}
+
+fn extents(rank: i64, d0: i64, d1: i64, d2: i64) -> Result<Vec<usize>, Kind> {
+    [d0, d1, d2]
+        .iter()
+        .take(rank.clamp(0, 3) as usize)
+        .map(|&n| usize::try_from(n).map_err(|_| Kind::NegativeExtent(n)))
+        .collect()
+}
+
+pub(crate) extern "C" fn mc_fail(ctx: *mut Ctx, site: i64, code: i64, a: i64, b: i64, c: i64) {
+    let kind = match code {
+        FAIL_INDEX => Kind::IndexOutOfBounds { index: a, dim: b as usize, extent: c as usize },
+        FAIL_DIV_ZERO => Kind::DivisionByZero,
+        FAIL_OVERFLOW => Kind::IntegerOverflow,
+        // SAFETY: the context is valid for the call (see `fail`).
+        FAIL_DEPTH => Kind::RecursionTooDeep(unsafe { (*ctx).max_depth } as usize),
+        FAIL_TIMEOUT => Kind::Timeout(rt(ctx).timeout),
+        FAIL_EMPTY_STACK => Kind::Internal("pop of an empty stack".into()),
+        _ => Kind::Internal(format!("unknown failure {code}")),
+    };
+    fail(ctx, site, kind);
+}
+
+pub(crate) extern "C" fn mc_alloc(ctx: *mut Ctx, site: i64, bytes: i64) -> *mut u8 {
+    guard(ctx, site, || Ok(Ptr(rt(ctx).arena.alloc(bytes.max(0) as u64)?))).0
+}
+
+/// A pointer with a default (null), for [`guard`].
+struct Ptr(*mut u8);
+
+impl Default for Ptr {
+    fn default() -> Self {
+        Ptr(std::ptr::null_mut())
+    }
+}
+
+pub(crate) extern "C" fn mc_array_new(
+    ctx: *mut Ctx,
+    site: i64,
+    elem: i64,
+    rank: i64,
+    d0: i64,
+    d1: i64,
+    d2: i64,
+) -> *mut u8 {
+    guard(ctx, site, || Ok(Ptr(new_array(rt(ctx), elem, &extents(rank, d0, d1, d2)?)?.header))).0
+}
+
+pub(crate) extern "C" fn mc_array_fill_f64(
+    ctx: *mut Ctx,
+    site: i64,
+    v: f64,
+    rank: i64,
+    d0: i64,
+    d1: i64,
+    d2: i64,
+) -> *mut u8 {
+    guard(ctx, site, || {
+        let a = new_array(rt(ctx), ELEM_F64, &extents(rank, d0, d1, d2)?)?;
+        a.f64s().fill(v);
+        Ok(Ptr(a.header))
+    })
+    .0
+}
+
+pub(crate) extern "C" fn mc_array_fill_i64(
+    ctx: *mut Ctx,
+    site: i64,
+    v: i64,
+    rank: i64,
+    d0: i64,
+    d1: i64,
+    d2: i64,
+) -> *mut u8 {
+    guard(ctx, site, || {
+        let a = new_array(rt(ctx), ELEM_I64, &extents(rank, d0, d1, d2)?)?;
+        a.i64s().fill(v);
+        Ok(Ptr(a.header))
+    })
+    .0
+}
+
+pub(crate) extern "C" fn mc_array_fill_bool(
+    ctx: *mut Ctx,
+    site: i64,
+    v: i64,
+    rank: i64,
+    d0: i64,
+    d1: i64,
+    d2: i64,
+) -> *mut u8 {
+    guard(ctx, site, || {
+        let a = new_array(rt(ctx), ELEM_BOOL, &extents(rank, d0, d1, d2)?)?;
+        a.bools().fill((v != 0) as u8);
+        Ok(Ptr(a.header))
+    })
+    .0
+}
+
+fn elem_of(a: ArrayRef, elem: i64) -> usize {
+    a.len() * if elem == ELEM_BOOL { 1 } else { 8 }
+}
+
+pub(crate) extern "C" fn mc_array_copy(ctx: *mut Ctx, site: i64, elem: i64, src: *mut u8) -> *mut u8 {
+    guard(ctx, site, || {
+        let s = arr(src)?;
+        let d = new_array(rt(ctx), elem, &s.shape())?;
+        // SAFETY: both data blocks hold `elem_of` bytes and are distinct allocations.
+        unsafe { std::ptr::copy_nonoverlapping(s.data(), d.data(), elem_of(s, elem)) };
+        Ok(Ptr(d.header))
+    })
+    .0
+}
+
+pub(crate) extern "C" fn mc_copy_into(ctx: *mut Ctx, site: i64, elem: i64, dst: *mut u8, src: *mut u8) {
+    guard(ctx, site, || {
+        let (d, s) = (arr(dst)?, arr(src)?);
+        same_shape(d, s)?;
+        // SAFETY: equal shapes, so equal byte counts; `copy` allows overlap.
+        unsafe { std::ptr::copy(s.data(), d.data(), elem_of(s, elem)) };
+        Ok(())
+    })
+}
+
+pub(crate) extern "C" fn mc_zeros_like(ctx: *mut Ctx, site: i64, src: *mut u8) -> *mut u8 {
+    guard(ctx, site, || Ok(Ptr(new_array(rt(ctx), ELEM_F64, &arr(src)?.shape())?.header))).0
+}
+
+pub(crate) extern "C" fn mc_sum_f64(ctx: *mut Ctx, site: i64, a: *mut u8) -> f64 {
+    guard(ctx, site, || Ok(arr(a)?.f64s().iter().fold(0.0, |s, x| s + x)))
+}
+
+pub(crate) extern "C" fn mc_sum_i64(ctx: *mut Ctx, site: i64, a: *mut u8) -> i64 {
+    guard(ctx, site, || {
+        let mut s: i64 = 0;
+        for x in arr(a)?.i64s().iter() {
+            s = s.checked_add(*x).ok_or(Kind::IntegerOverflow)?;
+        }
+        Ok(s)
+    })
+}
+
+pub(crate) extern "C" fn mc_dot(ctx: *mut Ctx, site: i64, a: *mut u8, b: *mut u8) -> f64 {
+    guard(ctx, site, || {
+        let (x, y) = (arr(a)?, arr(b)?);
+        same_shape(x, y)?;
+        Ok(x.f64s().iter().zip(y.f64s().iter()).fold(0.0, |s, (p, q)| s + p * q))
+    })
+}
+
+/// Operand modes of elementwise binary ops.
+pub(crate) const MODE_ARRAYS: i64 = 0;
+pub(crate) const MODE_ARRAY_SCALAR: i64 = 1;
+pub(crate) const MODE_SCALAR_ARRAY: i64 = 2;
+
+pub(crate) extern "C" fn mc_map_f64(
+    ctx: *mut Ctx,
+    site: i64,
+    op: i64,
+    mode: i64,
+    a: *mut u8,
+    b: *mut u8,
+    s: f64,
+) -> *mut u8 {
+    guard(ctx, site, || {
+        let op = *FBinOp::ALL.get(op as usize).ok_or_else(|| Kind::Internal("bad op".into()))?;
+        let x = arr(a)?;
+        let out = new_array(rt(ctx), ELEM_F64, &x.shape())?;
+        let (o, u) = (out.f64s(), x.f64s());
+        match mode {
+            MODE_ARRAYS => {
+                let y = arr(b)?;
+                same_shape(x, y)?;
+                let v = y.f64s();
+                for k in 0..o.len() {
+                    o[k] = op.eval(u[k], v[k]);
+                }
+            }
+            MODE_ARRAY_SCALAR => o.iter_mut().zip(u.iter()).for_each(|(r, &e)| *r = op.eval(e, s)),
+            _ => o.iter_mut().zip(u.iter()).for_each(|(r, &e)| *r = op.eval(s, e)),
+        }
+        Ok(Ptr(out.header))
+    })
+    .0
+}
+
+pub(crate) extern "C" fn mc_map_i64(
+    ctx: *mut Ctx,
+    site: i64,
+    op: i64,
+    mode: i64,
+    a: *mut u8,
+    b: *mut u8,
+    s: i64,
+) -> *mut u8 {
+    guard(ctx, site, || {
+        let op = *IBinOp::ALL.get(op as usize).ok_or_else(|| Kind::Internal("bad op".into()))?;
+        let int = |r: Result<i64, mcir_ir::IntError>| {
+            r.map_err(|e| match e {
+                mcir_ir::IntError::Overflow => Kind::IntegerOverflow,
+                mcir_ir::IntError::DivisionByZero => Kind::DivisionByZero,
+            })
+        };
+        let x = arr(a)?;
+        let out = new_array(rt(ctx), ELEM_I64, &x.shape())?;
+        let (o, u) = (out.i64s(), x.i64s());
+        match mode {
+            MODE_ARRAYS => {
+                let y = arr(b)?;
+                same_shape(x, y)?;
+                let v = y.i64s();
+                for k in 0..o.len() {
+                    o[k] = int(op.eval(u[k], v[k]))?;
+                }
+            }
+            MODE_ARRAY_SCALAR => {
+                for k in 0..o.len() {
+                    o[k] = int(op.eval(u[k], s))?;
+                }
+            }
+            _ => {
+                for k in 0..o.len() {
+                    o[k] = int(op.eval(s, u[k]))?;
+                }
+            }
+        }
+        Ok(Ptr(out.header))
+    })
+    .0
+}
+
+pub(crate) extern "C" fn mc_map_unary(ctx: *mut Ctx, site: i64, op: i64, a: *mut u8) -> *mut u8 {
+    guard(ctx, site, || {
+        let op = *FUnOp::ALL.get(op as usize).ok_or_else(|| Kind::Internal("bad op".into()))?;
+        let x = arr(a)?;
+        let out = new_array(rt(ctx), ELEM_F64, &x.shape())?;
+        out.f64s().iter_mut().zip(x.f64s().iter()).for_each(|(r, &e)| *r = op.eval(e));
+        Ok(Ptr(out.header))
+    })
+    .0
+}
+
+pub(crate) extern "C" fn mc_map_powi(ctx: *mut Ctx, site: i64, a: *mut u8, n: i64) -> *mut u8 {
+    guard(ctx, site, || {
+        let x = arr(a)?;
+        let out = new_array(rt(ctx), ELEM_F64, &x.shape())?;
+        out.f64s().iter_mut().zip(x.f64s().iter()).for_each(|(r, &e)| *r = powi(e, n));
+        Ok(Ptr(out.header))
+    })
+    .0
+}
+
+pub(crate) extern "C" fn mc_add_into(
+    ctx: *mut Ctx,
+    site: i64,
+    dst: *mut u8,
+    src: *mut u8,
+    s: f64,
+    scalar: i64,
+) {
+    guard(ctx, site, || {
+        let d = arr(dst)?;
+        if scalar != 0 {
+            d.f64s().iter_mut().for_each(|e| *e += s);
+            return Ok(());
+        }
+        let x = arr(src)?;
+        same_shape(d, x)?;
+        let v: Vec<f64> = x.f64s().to_vec();
+        d.f64s().iter_mut().zip(&v).for_each(|(e, x)| *e += x);
+        Ok(())
+    })
+}
+
+pub(crate) extern "C" fn mc_axpy(ctx: *mut Ctx, site: i64, dst: *mut u8, alpha: f64, src: *mut u8) {
+    guard(ctx, site, || {
+        let (d, x) = (arr(dst)?, arr(src)?);
+        same_shape(d, x)?;
+        let v: Vec<f64> = x.f64s().to_vec();
+        d.f64s().iter_mut().zip(&v).for_each(|(e, x)| *e += alpha * x);
+        Ok(())
+    })
+}
+
+pub(crate) extern "C" fn mc_move_add(ctx: *mut Ctx, site: i64, dst: *mut u8, src: *mut u8) {
+    guard(ctx, site, || {
+        let (d, x) = (arr(dst)?, arr(src)?);
+        same_shape(d, x)?;
+        if d.header != x.header {
+            let v: Vec<f64> = x.f64s().to_vec();
+            d.f64s().iter_mut().zip(&v).for_each(|(e, x)| *e += x);
+            x.f64s().fill(0.0);
+        }
+        Ok(())
+    })
+}
+
+pub(crate) extern "C" fn mc_stack_new(ctx: *mut Ctx, site: i64) -> *mut u8 {
+    guard(ctx, site, || Ok(Ptr(rt(ctx).arena.alloc(stack::HEADER_BYTES as u64)?))).0
+}
+
+/// Makes room for one more value on a stack (generated code pushes when there is room).
+pub(crate) extern "C" fn mc_stack_grow(ctx: *mut Ctx, site: i64, s: *mut u8) {
+    guard(ctx, site, || {
+        if s.is_null() {
+            return Err(Kind::Internal("a null stack".into()));
+        }
+        // SAFETY: `s` is a 24-byte stack header the runtime allocated.
+        unsafe {
+            let w = s as *mut i64;
+            let (data, len, cap) = (*w as *mut u64, *w.add(1) as usize, *w.add(2) as usize);
+            let new_cap = (cap * 2).max(16);
+            let bytes = (new_cap as u64).checked_mul(8).ok_or(Kind::IntegerOverflow)?;
+            let new = rt(ctx).arena.alloc(bytes)? as *mut u64;
+            if len > 0 {
+                std::ptr::copy_nonoverlapping(data, new, len);
+            }
+            *w = new as i64;
+            *w.add(2) = new_cap as i64;
+        }
+        Ok(())
+    })
+}
+
+pub(crate) extern "C" fn mc_ftoi(ctx: *mut Ctx, site: i64, x: f64) -> i64 {
+    guard(ctx, site, || f64_to_i64(x).ok_or(Kind::InvalidConversion(x)))
+}
+
+pub(crate) extern "C" fn mc_print(ctx: *mut Ctx, ty: i64, bits: i64) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        let r = rt(ctx);
+        // SAFETY: the tables outlive every call into the module.
+        let tables = unsafe { &*r.tables };
+        let t = <mcir_ir::TypeId as mcir_ir::entity::EntityRef>::new(ty as usize);
+        let v = crate::marshal::from_native(&tables.types, t, bits as u64, &mut Default::default());
+        let mut s = String::new();
+        mcir_interp::json::write_value(&mut s, &tables.types, t, &v);
+        eprintln!("{s}");
+    }));
+}
+
+// Math functions without a Cranelift instruction: the same Rust functions the
+// interpreter uses, so both engines agree bit for bit.
+macro_rules! unary {
+    ($($name:ident => $op:expr),* $(,)?) => {
+        $(pub(crate) extern "C" fn $name(x: f64) -> f64 { $op.eval(x) })*
+    };
+}
+unary! {
+    mc_sin => FUnOp::Sin, mc_cos => FUnOp::Cos, mc_tan => FUnOp::Tan, mc_asin => FUnOp::Asin,
+    mc_acos => FUnOp::Acos, mc_atan => FUnOp::Atan, mc_sinh => FUnOp::Sinh, mc_cosh => FUnOp::Cosh,
+    mc_tanh => FUnOp::Tanh, mc_exp => FUnOp::Exp, mc_log => FUnOp::Log, mc_log1p => FUnOp::Log1p,
+    mc_expm1 => FUnOp::Expm1, mc_round => FUnOp::Round,
+}
+
+pub(crate) extern "C" fn mc_pow(x: f64, y: f64) -> f64 {
+    FBinOp::Pow.eval(x, y)
+}
+
+pub(crate) extern "C" fn mc_atan2(y: f64, x: f64) -> f64 {
+    FBinOp::Atan2.eval(y, x)
+}
+
+pub(crate) extern "C" fn mc_powi(x: f64, n: i64) -> f64 {
+    powi(x, n)
+}
