@@ -150,6 +150,19 @@ impl Differentiated {
         &self.derived.module
     }
 
+    /// The VJP driver of `f` for a cotangent on the result only (see
+    /// [`mcir_ad::vjp_driver`]).
+    pub fn driver(&mut self, f: FuncId) -> Result<FuncId, AdError> {
+        let pattern = vec![false; self.derived.module.funcs[f].params.len()];
+        let key = (f, pattern.clone());
+        if let Some(&d) = self.drivers.get(&key) {
+            return Ok(d);
+        }
+        let d = mcir_ad::vjp_driver(&mut self.derived, f, &SeedPattern { args: pattern })?;
+        self.drivers.insert(key, d);
+        Ok(d)
+    }
+
     /// The function `f$probe` that runs `f`'s forward pass alone (see
     /// [`mcir_ad::probe_driver`]).
     pub fn probe(&mut self, f: FuncId) -> Result<FuncId, AdError> {

@@ -10,6 +10,7 @@
 
 #![deny(missing_docs)]
 
+mod api;
 pub mod check;
 mod diagnostics;
 mod error;
@@ -17,10 +18,13 @@ pub mod grad;
 pub mod json;
 mod probe;
 
+pub use api::{ApiError, Arg, Function, GradSlot, Prepared};
 pub use check::{CheckOptions, CheckReport, Failure};
 pub use diagnostics::SourceFile;
 pub use error::{ArgError, CompileError, EntryError, GradError, RunError};
 pub use grad::{AdError, AdOptions, Differentiated, Vjp};
+/// Runtime values: arguments and results of calls.
+pub use mcir_interp::Val as Value;
 pub use mcir_interp::{Limits, RuntimeError, RuntimeErrorKind, Val};
 /// The IR: printer, parser and verifier, for tools built on the library.
 pub use mcir_ir as ir;

@@ -85,3 +85,40 @@ impl Val {
         Val::Mut(Rc::new(RefCell::new(fields)))
     }
 }
+
+impl Val {
+    /// An `f64` array of the given shape (row-major), or `None` if the shape does not
+    /// hold exactly `data.len()` elements or has more than three dimensions.
+    pub fn f64_array(data: Vec<f64>, shape: &[usize]) -> Option<Val> {
+        let count = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d))?;
+        if count != data.len() || shape.is_empty() || shape.len() > 3 {
+            return None;
+        }
+        Some(Val::Array(Array::new(shape.to_vec(), ArrayData::F64(data))))
+    }
+
+    /// A rank-1 `f64` array.
+    pub fn vector(data: Vec<f64>) -> Val {
+        let n = data.len();
+        Val::Array(Array::new(vec![n], ArrayData::F64(data)))
+    }
+
+    /// The number, if this is an `f64`.
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            Val::F64(x) => Some(*x),
+            _ => None,
+        }
+    }
+
+    /// The elements, if this is an `f64` array (a copy).
+    pub fn to_f64_vec(&self) -> Option<Vec<f64>> {
+        match self {
+            Val::Array(a) => match &*a.data.borrow() {
+                ArrayData::F64(d) => Some(d.clone()),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}

@@ -15,6 +15,8 @@ pub(crate) mod ctx {
     pub const MAX_DEPTH: i32 = 16;
     pub const STACK_LIMIT: i32 = 24;
     pub const INTERRUPT: i32 = 32;
+    pub const BUMP: i32 = 48;
+    pub const BUMP_END: i32 = 56;
 }
 
 /// Offsets into an array header.
@@ -50,6 +52,10 @@ pub(crate) struct Ctx {
     pub interrupt: std::sync::atomic::AtomicU64,
     /// The runtime's side of the call.
     pub rt: *mut Runtime,
+    /// The free part of the arena's current chunk: generated code allocates small
+    /// blocks by bumping this pointer, and calls the runtime when it reaches the end.
+    pub bump: u64,
+    pub bump_end: u64,
 }
 
 /// What the runtime keeps for one call: the arena and the first error.
@@ -62,14 +68,12 @@ pub(crate) struct Runtime {
     pub timeout: std::time::Duration,
 }
 
-/// A bump allocator of 8-byte-aligned blocks. Its chunks are kept when it is reset, so
-/// repeated calls with the same shapes allocate nothing new.
+/// Chunks of 8-byte words handed out front to back. Allocation itself bumps the
+/// window in [`Ctx`]; the arena only supplies windows. Its chunks are kept when it is
+/// reset, so repeated calls with the same shapes allocate nothing new.
 pub(crate) struct Arena {
     chunks: Vec<Vec<u64>>,
     current: usize,
-    used: usize,
-    /// Bytes handed out since the last reset.
-    pub live_bytes: u64,
     /// The largest single allocation allowed.
     pub max_alloc_bytes: u64,
 }
@@ -78,50 +82,81 @@ const CHUNK_WORDS: usize = 1 << 16;
 
 impl Arena {
     pub fn new(max_alloc_bytes: u64) -> Arena {
-        Arena { chunks: Vec::new(), current: 0, used: 0, live_bytes: 0, max_alloc_bytes }
+        Arena { chunks: Vec::new(), current: 0, max_alloc_bytes }
     }
 
-    /// Forgets every allocation but keeps the memory.
+    /// Starts over at the first chunk, keeping the memory.
     pub fn reset(&mut self) {
         self.current = 0;
-        self.used = 0;
-        self.live_bytes = 0;
     }
 
-    /// Zeroed memory for `bytes` bytes, or why not.
-    pub fn alloc(&mut self, bytes: u64) -> Result<*mut u8, RuntimeErrorKind> {
-        if bytes > self.max_alloc_bytes {
-            return Err(RuntimeErrorKind::AllocationTooLarge { bytes, limit: self.max_alloc_bytes });
+    fn window_of(chunk: &mut [u64]) -> (u64, u64) {
+        let start = chunk.as_mut_ptr() as u64;
+        (start, start + (chunk.len() * 8) as u64)
+    }
+
+    /// The window to allocate from after a reset.
+    pub fn first_window(&mut self) -> Result<(u64, u64), RuntimeErrorKind> {
+        self.current = 0;
+        if self.chunks.is_empty() {
+            self.push_chunk(CHUNK_WORDS)?;
         }
+        Ok(Self::window_of(&mut self.chunks[0]))
+    }
+
+    /// A fresh window of at least `bytes` bytes: the next chunk that is large enough.
+    pub fn next_window(&mut self, bytes: u64) -> Result<(u64, u64), RuntimeErrorKind> {
         let words = (bytes as usize).div_ceil(8).max(1);
         loop {
-            if let Some(chunk) = self.chunks.get_mut(self.current) {
-                if self.used + words <= chunk.len() {
-                    let slice = &mut chunk[self.used..self.used + words];
-                    slice.fill(0);
-                    self.used += words;
-                    self.live_bytes += (words * 8) as u64;
-                    return Ok(slice.as_mut_ptr() as *mut u8);
+            self.current += 1;
+            match self.chunks.get_mut(self.current) {
+                Some(c) if c.len() >= words => return Ok(Self::window_of(c)),
+                Some(_) => continue,
+                None => {
+                    self.push_chunk(words.max(CHUNK_WORDS))?;
+                    let last = self.chunks.len() - 1;
+                    self.current = last;
+                    return Ok(Self::window_of(&mut self.chunks[last]));
                 }
-                // Try the next chunk; a chunk too small for this block is skipped.
-                self.current += 1;
-                self.used = 0;
-                continue;
             }
-            let size = words.max(CHUNK_WORDS);
-            let mut chunk = Vec::new();
-            if chunk.try_reserve_exact(size).is_err() {
-                return Err(RuntimeErrorKind::AllocationTooLarge { bytes, limit: self.max_alloc_bytes });
-            }
-            chunk.resize(size, 0u64);
-            self.chunks.push(chunk);
-            self.current = self.chunks.len() - 1;
-            self.used = 0;
         }
+    }
+
+    fn push_chunk(&mut self, words: usize) -> Result<(), RuntimeErrorKind> {
+        let mut chunk = Vec::new();
+        if chunk.try_reserve_exact(words).is_err() {
+            let bytes = (words as u64).saturating_mul(8);
+            return Err(RuntimeErrorKind::AllocationTooLarge { bytes, limit: self.max_alloc_bytes });
+        }
+        chunk.resize(words, 0u64);
+        self.chunks.push(chunk);
+        Ok(())
     }
 
     /// Bytes of memory the arena holds.
     pub fn capacity_bytes(&self) -> usize {
         self.chunks.iter().map(|c| c.len() * 8).sum()
     }
+}
+
+/// `bytes` bytes from the call's arena, zeroed if `zero`.
+pub(crate) fn alloc(ctx: *mut Ctx, bytes: u64, zero: bool) -> Result<*mut u8, RuntimeErrorKind> {
+    // SAFETY: the context and its runtime are valid and exclusive for the call.
+    let (c, rt) = unsafe { (&mut *ctx, &mut *(*ctx).rt) };
+    if bytes > rt.arena.max_alloc_bytes {
+        return Err(RuntimeErrorKind::AllocationTooLarge { bytes, limit: rt.arena.max_alloc_bytes });
+    }
+    let size = bytes.div_ceil(8).max(1) * 8;
+    if c.bump.checked_add(size).is_none_or(|end| end > c.bump_end) {
+        let (start, end) = rt.arena.next_window(size)?;
+        c.bump = start;
+        c.bump_end = end;
+    }
+    let p = c.bump as *mut u8;
+    c.bump += size;
+    if zero {
+        // SAFETY: `p` starts `size` bytes inside the current chunk.
+        unsafe { std::ptr::write_bytes(p, 0, size as usize) };
+    }
+    Ok(p)
 }

@@ -326,17 +326,11 @@ fn run(
     if args.len() != f.params.len() {
         return Err(internal("wrong number of arguments"));
     }
-    let mut seen = HashMap::new();
-    let mut inputs = marshal::Inputs::new();
-    let mut words = Vec::with_capacity(args.len());
-    for (a, &t) in args.iter().zip(&f.params) {
-        let w = marshal::to_native(types, rt, t, a, &mut seen, &mut inputs).map_err(|kind| RuntimeError {
-            kind,
-            span: f.span,
-            function: f.name.clone(),
-        })?;
-        words.push(w);
-    }
+    let (bump, bump_end) = rt.arena.first_window().map_err(|kind| RuntimeError {
+        kind,
+        span: f.span,
+        function: f.name.clone(),
+    })?;
     let here = 0u8;
     let sp = &here as *const u8 as u64;
     let mut ctx = Ctx {
@@ -346,37 +340,24 @@ fn run(
         stack_limit: sp.saturating_sub(limits.stack_bytes as u64),
         interrupt: AtomicU64::new(0),
         rt: rt as *mut Runtime,
+        bump,
+        bump_end,
     };
+    let mut seen = HashMap::new();
+    let mut inputs = marshal::Inputs::new();
+    let mut words = Vec::with_capacity(args.len());
+    for (a, &t) in args.iter().zip(&f.params) {
+        let w = marshal::to_native(types, &mut ctx, t, a, &mut seen, &mut inputs)
+            .map_err(|kind| RuntimeError { kind, span: f.span, function: f.name.clone() })?;
+        words.push(w);
+    }
     let mut ret: u64 = 0;
     // SAFETY: `entry` is the trampoline of `f`, finalized in `c` (alive for this call),
     // with the signature `extern "C" fn(*mut Ctx, *const u64, *mut u64)`; `words` holds
     // one slot per parameter, and `ctx` and `rt` stay valid and exclusive for the call.
     let call =
         unsafe { std::mem::transmute::<*const u8, extern "C" fn(*mut Ctx, *const u64, *mut u64)>(entry) };
-    match limits.timeout {
-        Some(limit) => {
-            let done = AtomicBool::new(false);
-            let interrupt = &ctx.interrupt as *const AtomicU64 as usize;
-            std::thread::scope(|s| {
-                let watchdog = s.spawn(|| {
-                    let deadline = std::time::Instant::now() + limit;
-                    while !done.load(Ordering::Acquire) {
-                        let now = std::time::Instant::now();
-                        if now >= deadline {
-                            // SAFETY: the context outlives this scope; the field is atomic.
-                            unsafe { (*(interrupt as *const AtomicU64)).store(1, Ordering::Release) };
-                            break;
-                        }
-                        std::thread::park_timeout(deadline - now);
-                    }
-                });
-                call(&mut ctx, words.as_ptr(), &mut ret);
-                done.store(true, Ordering::Release);
-                watchdog.thread().unpark();
-            });
-        }
-        None => call(&mut ctx, words.as_ptr(), &mut ret),
-    }
+    invoke(call, &mut ctx, &words, &mut ret, limits.timeout);
     if ctx.status != 0 {
         let (kind, site) =
             rt.error.take().unwrap_or((RuntimeErrorKind::Internal("unknown failure".into()), 0));
@@ -386,4 +367,190 @@ fn run(
     let mut known = HashMap::new();
     marshal::write_back(types, &inputs, &mut known);
     Ok(f.ret.map(|t| marshal::from_native(types, t, ret, &mut known)))
+}
+
+/// An argument passed without copying: scalars, and arrays as the caller's own buffers.
+pub enum RawArg<'a> {
+    /// An `f64`.
+    F64(f64),
+    /// An `i64`.
+    I64(i64),
+    /// A `bool`.
+    Bool(bool),
+    /// An `f64` array: its elements (row-major) and its shape.
+    F64Array(&'a mut [f64], &'a [usize]),
+    /// An `i64` array.
+    I64Array(&'a mut [i64], &'a [usize]),
+}
+
+/// Reads what a call returned, before its memory is reused.
+pub struct RawResult<'w> {
+    word: u64,
+    _workspace: std::marker::PhantomData<&'w Workspace>,
+}
+
+impl RawResult<'_> {
+    /// The returned word as an `f64`.
+    pub fn f64(&self) -> f64 {
+        f64::from_bits(self.word)
+    }
+
+    /// The returned word as an `i64`.
+    pub fn i64(&self) -> i64 {
+        self.word as i64
+    }
+
+    /// The returned word as a `bool`.
+    pub fn bool(&self) -> bool {
+        self.word & 0xff != 0
+    }
+
+    /// Field `k` of a returned tuple.
+    pub fn field(&self, k: usize) -> RawResult<'_> {
+        // SAFETY: the caller names a field of the tuple type the function returns; the
+        // tuple lives in the workspace, which this result borrows.
+        let word = unsafe { *(self.word as *const u64).add(k) };
+        RawResult { word, _workspace: std::marker::PhantomData }
+    }
+
+    /// The elements of a returned `f64` array.
+    pub fn f64s(&self) -> &[f64] {
+        if self.word == 0 {
+            return &[];
+        }
+        runtime::ArrayRef { header: self.word as *mut u8 }.f64s()
+    }
+}
+
+impl Jit {
+    /// Runs `func` on `args` without copying arrays in: generated code reads and writes
+    /// the caller's buffers. `read` sees the result before the workspace is reused.
+    /// Arguments must match the parameters (scalars and arrays only).
+    pub fn call_raw<T>(
+        &self,
+        workspace: &mut Workspace,
+        func: FuncId,
+        args: &mut [RawArg<'_>],
+        limits: &Limits,
+        read: impl FnOnce(&RawResult<'_>) -> T,
+    ) -> Result<T, RuntimeError> {
+        let c = &*self.inner;
+        let f = c.module.funcs.get(func).ok_or_else(|| internal("no such function"))?;
+        let entry = *c.entries.get(func.index()).ok_or_else(|| internal("no such function"))?;
+        if args.len() != f.params.len() {
+            return Err(internal("wrong number of arguments"));
+        }
+        let mut arena = workspace.arena.take().unwrap_or_else(|| Arena::new(limits.max_alloc_bytes));
+        arena.max_alloc_bytes = limits.max_alloc_bytes;
+        let mut rt = Runtime {
+            arena,
+            error: None,
+            tables: &*c.tables as *const Tables,
+            timeout: limits.timeout.unwrap_or_default(),
+        };
+        let result = (|| {
+            let (bump, bump_end) = rt.arena.first_window().map_err(|kind| fail_at(f, kind))?;
+            let here = 0u8;
+            let sp = &here as *const u8 as u64;
+            let mut ctx = Ctx {
+                status: 0,
+                depth: 1,
+                max_depth: limits.max_call_depth as u64,
+                stack_limit: sp.saturating_sub(limits.stack_bytes as u64),
+                interrupt: AtomicU64::new(0),
+                rt: &mut rt as *mut Runtime,
+                bump,
+                bump_end,
+            };
+            let types = &c.tables.types;
+            let mut words = Vec::with_capacity(args.len());
+            for (a, &t) in args.iter_mut().zip(&f.params) {
+                let want = types.as_array(t);
+                let w = match (a, want) {
+                    (RawArg::F64(x), None) if t == TypeTable::F64 => x.to_bits(),
+                    (RawArg::I64(x), None) if t == TypeTable::I64 => *x as u64,
+                    (RawArg::Bool(x), None) if t == TypeTable::BOOL => *x as u64,
+                    (RawArg::F64Array(d, shape), Some((mcir_ir::Scalar::F64, rank))) => {
+                        raw_array(&mut ctx, f, d.as_mut_ptr() as *mut u8, d.len(), shape, rank)?
+                    }
+                    (RawArg::I64Array(d, shape), Some((mcir_ir::Scalar::I64, rank))) => {
+                        raw_array(&mut ctx, f, d.as_mut_ptr() as *mut u8, d.len(), shape, rank)?
+                    }
+                    _ => return Err(internal(&format!("an argument does not fit {}", types.display(t)))),
+                };
+                words.push(w);
+            }
+            let mut ret: u64 = 0;
+            // SAFETY: as in `run`; the argument buffers are borrowed mutably for the call.
+            let call = unsafe {
+                std::mem::transmute::<*const u8, extern "C" fn(*mut Ctx, *const u64, *mut u64)>(entry)
+            };
+            invoke(call, &mut ctx, &words, &mut ret, limits.timeout);
+            if ctx.status != 0 {
+                // SAFETY: the call is over; the runtime is ours again.
+                let rt = unsafe { &mut *ctx.rt };
+                let (kind, site) =
+                    rt.error.take().unwrap_or((RuntimeErrorKind::Internal("unknown failure".into()), 0));
+                let (function, span) = c.tables.sites.get(site as usize).cloned().unwrap_or_default();
+                return Err(RuntimeError { kind, span, function });
+            }
+            Ok(read(&RawResult { word: ret, _workspace: std::marker::PhantomData }))
+        })();
+        rt.arena.reset();
+        workspace.arena = Some(rt.arena);
+        result
+    }
+}
+
+fn fail_at(f: &mcir_ir::Function, kind: RuntimeErrorKind) -> RuntimeError {
+    RuntimeError { kind, span: f.span, function: f.name.clone() }
+}
+
+fn raw_array(
+    ctx: &mut Ctx,
+    f: &mcir_ir::Function,
+    data: *mut u8,
+    len: usize,
+    shape: &[usize],
+    rank: u8,
+) -> Result<u64, RuntimeError> {
+    let count = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    if shape.len() != rank as usize || count != Some(len) {
+        return Err(fail_at(f, RuntimeErrorKind::ShapeMismatch { left: shape.to_vec(), right: vec![len] }));
+    }
+    runtime::array_header(ctx, data, len, shape).map(|p| p as u64).map_err(|k| fail_at(f, k))
+}
+
+/// Calls an entry trampoline; with a time limit, a watchdog thread sets the context's
+/// interrupt flag when it passes, and generated code stops at its next check.
+fn invoke(
+    call: extern "C" fn(*mut Ctx, *const u64, *mut u64),
+    ctx: &mut Ctx,
+    words: &[u64],
+    ret: &mut u64,
+    timeout: Option<std::time::Duration>,
+) {
+    let Some(limit) = timeout else {
+        call(ctx, words.as_ptr(), ret);
+        return;
+    };
+    let done = AtomicBool::new(false);
+    let interrupt = &ctx.interrupt as *const AtomicU64 as usize;
+    std::thread::scope(|s| {
+        let watchdog = s.spawn(|| {
+            let deadline = std::time::Instant::now() + limit;
+            while !done.load(Ordering::Acquire) {
+                let now = std::time::Instant::now();
+                if now >= deadline {
+                    // SAFETY: the context outlives this scope; the field is atomic.
+                    unsafe { (*(interrupt as *const AtomicU64)).store(1, Ordering::Release) };
+                    break;
+                }
+                std::thread::park_timeout(deadline - now);
+            }
+        });
+        call(ctx, words.as_ptr(), ret);
+        done.store(true, Ordering::Release);
+        watchdog.thread().unpark();
+    });
 }

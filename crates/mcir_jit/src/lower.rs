@@ -355,10 +355,30 @@ impl FnLower<'_, '_> {
         self.b.ins().iadd(data, off)
     }
 
+    /// A small block from the arena: bump the context's window inline, and ask the
+    /// runtime for a new window only when this one is full.
     fn alloc(&mut self, bytes: i64, site: i64) -> CValue {
+        let size = (bytes + 7) / 8 * 8;
+        let p = self.b.ins().load(P, flags(), self.ctx, ctx::BUMP);
+        let end = self.b.ins().load(P, flags(), self.ctx, ctx::BUMP_END);
+        let q = self.b.ins().iadd_imm_s(p, size);
+        let full = self.b.ins().icmp(IntCC::UnsignedGreaterThan, q, end);
+        let slow = self.b.create_block();
+        let fast = self.b.create_block();
+        let join = self.b.create_block();
+        let out = self.b.append_block_param(join, P);
+        self.b.ins().brif(full, slow, &[], fast, &[]);
+        self.b.switch_to_block(fast);
+        self.b.ins().store(flags(), q, self.ctx, ctx::BUMP);
+        self.b.ins().jump(join, &[p.into()]);
+        self.b.switch_to_block(slow);
+        self.b.set_cold_block(slow);
         let s = self.b.ins().iconst(P, site);
         let n = self.b.ins().iconst(P, bytes);
-        self.rt_call_checked("mc_alloc", &[self.ctx, s, n]).unwrap_or(n)
+        let r = self.rt_call_checked("mc_alloc", &[self.ctx, s, n]).unwrap_or(n);
+        self.b.ins().jump(join, &[r.into()]);
+        self.b.switch_to_block(join);
+        out
     }
 
     fn fmin_max(&mut self, op: FBinOp, a: CValue, b: CValue) -> CValue {

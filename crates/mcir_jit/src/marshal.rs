@@ -3,8 +3,8 @@
 //! back after it. Identity is preserved both ways: one `Rc` becomes one native block,
 //! and a native block that came from an argument comes back as that argument's `Rc`.
 
-use crate::layout::Runtime;
-use crate::runtime::{new_array, ArrayRef, ELEM_BOOL, ELEM_F64, ELEM_I64};
+use crate::layout::{alloc, Ctx};
+use crate::runtime::{array_header, ArrayRef, ELEM_BOOL, ELEM_F64, ELEM_I64};
 use mcir_interp::{Array, ArrayData, RuntimeErrorKind as Kind, Val};
 use mcir_ir::{Scalar, Type, TypeId, TypeTable};
 use std::collections::HashMap;
@@ -25,7 +25,7 @@ fn key(v: &Val) -> Option<usize> {
 /// The machine word for `v` (of type `ty`), allocating what it points to in the arena.
 pub(crate) fn to_native(
     types: &TypeTable,
-    rt: &mut Runtime,
+    rt: *mut Ctx,
     ty: TypeId,
     v: &Val,
     seen: &mut HashMap<usize, u64>,
@@ -48,22 +48,27 @@ pub(crate) fn to_native(
                 Scalar::I64 => ELEM_I64,
                 Scalar::Bool => ELEM_BOOL,
             };
-            let n = new_array(rt, kind, &a.shape)?;
-            match (&*a.data.borrow(), elem) {
-                (ArrayData::F64(d), Scalar::F64) => n.f64s().copy_from_slice(d),
-                (ArrayData::I64(d), Scalar::I64) => n.i64s().copy_from_slice(d),
-                (ArrayData::Bool(d), Scalar::Bool) => {
-                    n.bools().iter_mut().zip(d).for_each(|(o, &b)| *o = b as u8)
+            // The array's own buffer, without a copy: generated code reads and writes it
+            // in place. `inputs` keeps the `Rc` alive for the call, and nothing else can
+            // touch the buffer while the call runs on this thread.
+            let (data, len) = {
+                let mut guard = a.data.try_borrow_mut().map_err(|_| bad())?;
+                match (&mut *guard, elem) {
+                    (ArrayData::F64(d), Scalar::F64) => (d.as_mut_ptr() as *mut u8, d.len()),
+                    (ArrayData::I64(d), Scalar::I64) => (d.as_mut_ptr() as *mut u8, d.len()),
+                    // `bool` is one byte holding 0 or 1, as generated code stores it.
+                    (ArrayData::Bool(d), Scalar::Bool) => (d.as_mut_ptr() as *mut u8, d.len()),
+                    _ => return Err(bad()),
                 }
-                _ => return Err(bad()),
-            }
-            let p = n.header as u64;
+            };
+            let _ = kind;
+            let p = array_header(rt, data, len, &a.shape)? as u64;
             seen.insert(key(v).unwrap_or(0), p);
             inputs.insert(p, (v.clone(), ty));
             p
         }
         (Type::Ref(inner), Val::Ref(cell)) => {
-            let block = rt.arena.alloc(8)?;
+            let block = alloc(rt, 8, false)?;
             let p = block as u64;
             seen.insert(key(v).unwrap_or(0), p);
             inputs.insert(p, (v.clone(), ty));
@@ -82,7 +87,7 @@ pub(crate) fn to_native(
         }
         (Type::Struct(s), Val::Mut(fields)) => {
             let items: Vec<TypeId> = types.struct_def(*s).fields.iter().map(|f| f.1).collect();
-            let block = rt.arena.alloc(8 * items.len().max(1) as u64)?;
+            let block = alloc(rt, 8 * items.len().max(1) as u64, false)?;
             let p = block as u64;
             seen.insert(key(v).unwrap_or(0), p);
             inputs.insert(p, (v.clone(), ty));
@@ -100,7 +105,7 @@ pub(crate) fn to_native(
 
 fn aggregate(
     types: &TypeTable,
-    rt: &mut Runtime,
+    rt: *mut Ctx,
     items: &[TypeId],
     fields: &[Val],
     seen: &mut HashMap<usize, u64>,
@@ -109,7 +114,7 @@ fn aggregate(
     if items.is_empty() {
         return Ok(0);
     }
-    let block = rt.arena.alloc(8 * items.len() as u64)?;
+    let block = alloc(rt, 8 * items.len() as u64, false)?;
     for (k, (t, f)) in items.iter().zip(fields).enumerate() {
         let w = to_native(types, rt, *t, f, seen, inputs)?;
         // SAFETY: the block has one 8-byte slot per item.
@@ -200,14 +205,8 @@ pub(crate) fn write_back(types: &TypeTable, inputs: &Inputs, known: &mut HashMap
     }
     for (&p, (v, ty)) in inputs {
         match (v, types.get(*ty)) {
-            (Val::Array(a), _) => {
-                let n = ArrayRef { header: p as *mut u8 };
-                match &mut *a.data.borrow_mut() {
-                    ArrayData::F64(d) => d.copy_from_slice(n.f64s()),
-                    ArrayData::I64(d) => d.copy_from_slice(n.i64s()),
-                    ArrayData::Bool(d) => d.iter_mut().zip(n.bools().iter()).for_each(|(o, &b)| *o = b != 0),
-                }
-            }
+            // Arrays were updated in place.
+            (Val::Array(_), _) => {}
             (Val::Ref(c), Type::Ref(inner)) => {
                 let content = from_native(types, *inner, slot(p, 0), known);
                 *c.borrow_mut() = content;

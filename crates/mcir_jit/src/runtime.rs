@@ -4,7 +4,7 @@
 //! unwinds (a panic is caught and reported as an internal error), and reports failures
 //! by setting the context's status, after which generated code returns at once.
 
-use crate::layout::{array, stack, Ctx, Runtime};
+use crate::layout::{alloc, array, stack, Ctx, Runtime};
 use mcir_interp::RuntimeErrorKind as Kind;
 use mcir_ir::{f64_to_i64, powi, FBinOp, FUnOp, IBinOp};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -109,15 +109,16 @@ fn same_shape(a: ArrayRef, b: ArrayRef) -> Result<(), Kind> {
 }
 
 /// Allocates an array of the given element kind and shape (zeroed).
-pub(crate) fn new_array(r: &mut Runtime, elem: i64, shape: &[usize]) -> Result<ArrayRef, Kind> {
+pub(crate) fn new_array(ctx: *mut Ctx, elem: i64, shape: &[usize]) -> Result<ArrayRef, Kind> {
     let count = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).unwrap_or(usize::MAX);
     let elem_bytes: u64 = if elem == ELEM_BOOL { 1 } else { 8 };
     let limit_bytes = (count as u64).saturating_mul(8);
-    if limit_bytes > r.arena.max_alloc_bytes {
-        return Err(Kind::AllocationTooLarge { bytes: limit_bytes, limit: r.arena.max_alloc_bytes });
+    let max = rt(ctx).arena.max_alloc_bytes;
+    if limit_bytes > max {
+        return Err(Kind::AllocationTooLarge { bytes: limit_bytes, limit: max });
     }
-    let header = r.arena.alloc(array::HEADER_BYTES as u64)?;
-    let data = r.arena.alloc((count as u64).saturating_mul(elem_bytes))?;
+    let header = alloc(ctx, array::HEADER_BYTES as u64, false)?;
+    let data = alloc(ctx, (count as u64).saturating_mul(elem_bytes), true)?;
     // SAFETY: `header` is a fresh 48-byte block.
     unsafe {
         let w = header as *mut i64;
@@ -129,6 +130,27 @@ pub(crate) fn new_array(r: &mut Runtime, elem: i64, shape: &[usize]) -> Result<A
         }
     }
     Ok(ArrayRef { header })
+}
+
+/// A header for an array whose elements live elsewhere (an argument's own buffer).
+pub(crate) fn array_header(
+    ctx: *mut Ctx,
+    data: *mut u8,
+    len: usize,
+    shape: &[usize],
+) -> Result<*mut u8, Kind> {
+    let header = alloc(ctx, array::HEADER_BYTES as u64, false)?;
+    // SAFETY: `header` is a fresh 48-byte block.
+    unsafe {
+        let w = header as *mut i64;
+        *w = data as i64;
+        *w.add(1) = len as i64;
+        *w.add(2) = shape.len() as i64;
+        for (d, &n) in shape.iter().enumerate().take(3) {
+            *w.add(3 + d) = n as i64;
+        }
+    }
+    Ok(header)
 }
 
 fn extents(rank: i64, d0: i64, d1: i64, d2: i64) -> Result<Vec<usize>, Kind> {
@@ -154,7 +176,7 @@ pub(crate) extern "C" fn mc_fail(ctx: *mut Ctx, site: i64, code: i64, a: i64, b:
 }
 
 pub(crate) extern "C" fn mc_alloc(ctx: *mut Ctx, site: i64, bytes: i64) -> *mut u8 {
-    guard(ctx, site, || Ok(Ptr(rt(ctx).arena.alloc(bytes.max(0) as u64)?))).0
+    guard(ctx, site, || Ok(Ptr(alloc(ctx, bytes.max(0) as u64, true)?))).0
 }
 
 /// A pointer with a default (null), for [`guard`].
@@ -175,7 +197,7 @@ pub(crate) extern "C" fn mc_array_new(
     d1: i64,
     d2: i64,
 ) -> *mut u8 {
-    guard(ctx, site, || Ok(Ptr(new_array(rt(ctx), elem, &extents(rank, d0, d1, d2)?)?.header))).0
+    guard(ctx, site, || Ok(Ptr(new_array(ctx, elem, &extents(rank, d0, d1, d2)?)?.header))).0
 }
 
 pub(crate) extern "C" fn mc_array_fill_f64(
@@ -188,7 +210,7 @@ pub(crate) extern "C" fn mc_array_fill_f64(
     d2: i64,
 ) -> *mut u8 {
     guard(ctx, site, || {
-        let a = new_array(rt(ctx), ELEM_F64, &extents(rank, d0, d1, d2)?)?;
+        let a = new_array(ctx, ELEM_F64, &extents(rank, d0, d1, d2)?)?;
         a.f64s().fill(v);
         Ok(Ptr(a.header))
     })
@@ -205,7 +227,7 @@ pub(crate) extern "C" fn mc_array_fill_i64(
     d2: i64,
 ) -> *mut u8 {
     guard(ctx, site, || {
-        let a = new_array(rt(ctx), ELEM_I64, &extents(rank, d0, d1, d2)?)?;
+        let a = new_array(ctx, ELEM_I64, &extents(rank, d0, d1, d2)?)?;
         a.i64s().fill(v);
         Ok(Ptr(a.header))
     })
@@ -222,7 +244,7 @@ pub(crate) extern "C" fn mc_array_fill_bool(
     d2: i64,
 ) -> *mut u8 {
     guard(ctx, site, || {
-        let a = new_array(rt(ctx), ELEM_BOOL, &extents(rank, d0, d1, d2)?)?;
+        let a = new_array(ctx, ELEM_BOOL, &extents(rank, d0, d1, d2)?)?;
         a.bools().fill((v != 0) as u8);
         Ok(Ptr(a.header))
     })
@@ -236,7 +258,7 @@ fn elem_of(a: ArrayRef, elem: i64) -> usize {
 pub(crate) extern "C" fn mc_array_copy(ctx: *mut Ctx, site: i64, elem: i64, src: *mut u8) -> *mut u8 {
     guard(ctx, site, || {
         let s = arr(src)?;
-        let d = new_array(rt(ctx), elem, &s.shape())?;
+        let d = new_array(ctx, elem, &s.shape())?;
         // SAFETY: both data blocks hold `elem_of` bytes and are distinct allocations.
         unsafe { std::ptr::copy_nonoverlapping(s.data(), d.data(), elem_of(s, elem)) };
         Ok(Ptr(d.header))
@@ -255,7 +277,7 @@ pub(crate) extern "C" fn mc_copy_into(ctx: *mut Ctx, site: i64, elem: i64, dst: 
 }
 
 pub(crate) extern "C" fn mc_zeros_like(ctx: *mut Ctx, site: i64, src: *mut u8) -> *mut u8 {
-    guard(ctx, site, || Ok(Ptr(new_array(rt(ctx), ELEM_F64, &arr(src)?.shape())?.header))).0
+    guard(ctx, site, || Ok(Ptr(new_array(ctx, ELEM_F64, &arr(src)?.shape())?.header))).0
 }
 
 pub(crate) extern "C" fn mc_sum_f64(ctx: *mut Ctx, site: i64, a: *mut u8) -> f64 {
@@ -297,7 +319,7 @@ pub(crate) extern "C" fn mc_map_f64(
     guard(ctx, site, || {
         let op = *FBinOp::ALL.get(op as usize).ok_or_else(|| Kind::Internal("bad op".into()))?;
         let x = arr(a)?;
-        let out = new_array(rt(ctx), ELEM_F64, &x.shape())?;
+        let out = new_array(ctx, ELEM_F64, &x.shape())?;
         let (o, u) = (out.f64s(), x.f64s());
         match mode {
             MODE_ARRAYS => {
@@ -334,7 +356,7 @@ pub(crate) extern "C" fn mc_map_i64(
             })
         };
         let x = arr(a)?;
-        let out = new_array(rt(ctx), ELEM_I64, &x.shape())?;
+        let out = new_array(ctx, ELEM_I64, &x.shape())?;
         let (o, u) = (out.i64s(), x.i64s());
         match mode {
             MODE_ARRAYS => {
@@ -365,7 +387,7 @@ pub(crate) extern "C" fn mc_map_unary(ctx: *mut Ctx, site: i64, op: i64, a: *mut
     guard(ctx, site, || {
         let op = *FUnOp::ALL.get(op as usize).ok_or_else(|| Kind::Internal("bad op".into()))?;
         let x = arr(a)?;
-        let out = new_array(rt(ctx), ELEM_F64, &x.shape())?;
+        let out = new_array(ctx, ELEM_F64, &x.shape())?;
         out.f64s().iter_mut().zip(x.f64s().iter()).for_each(|(r, &e)| *r = op.eval(e));
         Ok(Ptr(out.header))
     })
@@ -375,7 +397,7 @@ pub(crate) extern "C" fn mc_map_unary(ctx: *mut Ctx, site: i64, op: i64, a: *mut
 pub(crate) extern "C" fn mc_map_powi(ctx: *mut Ctx, site: i64, a: *mut u8, n: i64) -> *mut u8 {
     guard(ctx, site, || {
         let x = arr(a)?;
-        let out = new_array(rt(ctx), ELEM_F64, &x.shape())?;
+        let out = new_array(ctx, ELEM_F64, &x.shape())?;
         out.f64s().iter_mut().zip(x.f64s().iter()).for_each(|(r, &e)| *r = powi(e, n));
         Ok(Ptr(out.header))
     })
@@ -428,7 +450,7 @@ pub(crate) extern "C" fn mc_move_add(ctx: *mut Ctx, site: i64, dst: *mut u8, src
 }
 
 pub(crate) extern "C" fn mc_stack_new(ctx: *mut Ctx, site: i64) -> *mut u8 {
-    guard(ctx, site, || Ok(Ptr(rt(ctx).arena.alloc(stack::HEADER_BYTES as u64)?))).0
+    guard(ctx, site, || Ok(Ptr(alloc(ctx, stack::HEADER_BYTES as u64, true)?))).0
 }
 
 /// Makes room for one more value on a stack (generated code pushes when there is room).
@@ -443,7 +465,7 @@ pub(crate) extern "C" fn mc_stack_grow(ctx: *mut Ctx, site: i64, s: *mut u8) {
             let (data, len, cap) = (*w as *mut u64, *w.add(1) as usize, *w.add(2) as usize);
             let new_cap = (cap * 2).max(16);
             let bytes = (new_cap as u64).checked_mul(8).ok_or(Kind::IntegerOverflow)?;
-            let new = rt(ctx).arena.alloc(bytes)? as *mut u64;
+            let new = alloc(ctx, bytes, false)? as *mut u64;
             if len > 0 {
                 std::ptr::copy_nonoverlapping(data, new, len);
             }

@@ -1,0 +1,396 @@
+//! The embedding API: functions looked up by name with a checked signature, called on
+//! runtime values or — through a [`Prepared`] handle — on Rust slices without copies.
+//!
+//! ```
+//! let program = mcir::Program::compile(
+//!     "sumsq.mcir",
+//!     "fn sumsq(x: f64[]) -> f64 { let mut s = 0.0; for i in 0..len(x) { s += x[i] * x[i]; } return s; }",
+//! )
+//! .unwrap();
+//! let f = program.function("sumsq").unwrap().expect_signature("fn(f64[]) -> f64").unwrap();
+//!
+//! // On runtime values:
+//! let (value, gradient) = f.value_and_gradient(&[mcir::Value::vector(vec![1.0, 2.0])]).unwrap();
+//! assert_eq!(value, 5.0);
+//! assert_eq!(gradient[0].to_f64_vec().unwrap(), vec![2.0, 4.0]);
+//!
+//! // On slices, with buffers reused from call to call:
+//! let mut prepared = f.prepare().unwrap();
+//! let mut x = [3.0, 4.0];
+//! let mut g = [0.0; 2];
+//! let v = prepared
+//!     .value_and_gradient(&mut [mcir::Arg::F64Array(&mut x, &[2])], &mut [mcir::GradSlot::Array(&mut g)])
+//!     .unwrap();
+//! assert_eq!((v, g), (25.0, [6.0, 8.0]));
+//! ```
+
+use crate::grad::Differentiated;
+use crate::{AdOptions, Limits, Program, RuntimeError, Val};
+use mcir_ad::tangent::has_tangent;
+use mcir_ir::{FuncId, TypeTable};
+use std::fmt;
+
+pub use mcir_jit::RawArg as Arg;
+
+/// Why an API call failed.
+#[derive(Clone, Debug)]
+pub enum ApiError {
+    /// The source could not be read.
+    Io(String),
+    /// The source does not compile (rendered diagnostics).
+    Compile(String),
+    /// No function has that name.
+    NoSuchFunction(String),
+    /// The function's signature is not the one expected.
+    Signature {
+        /// The function.
+        function: String,
+        /// What the caller expected.
+        expected: String,
+        /// What it is.
+        found: String,
+    },
+    /// The arguments or gradient buffers do not fit the parameters.
+    Args(String),
+    /// The program failed while running.
+    Runtime(RuntimeError),
+    /// No derivative could be derived.
+    Derive(String),
+}
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ApiError::Io(e) => write!(f, "cannot read the program: {e}"),
+            ApiError::Compile(e) => write!(f, "the program does not compile:\n{e}"),
+            ApiError::NoSuchFunction(n) => write!(f, "no function named `{n}`"),
+            ApiError::Signature { function, expected, found } => {
+                write!(f, "`{function}` has the signature `{found}`, not `{expected}`")
+            }
+            ApiError::Args(e) => f.write_str(e),
+            ApiError::Runtime(e) => e.fmt(f),
+            ApiError::Derive(e) => f.write_str(e),
+        }
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+impl From<RuntimeError> for ApiError {
+    fn from(e: RuntimeError) -> Self {
+        ApiError::Runtime(e)
+    }
+}
+
+/// Where a [`Prepared::value_and_gradient`] writes the gradient of one argument.
+pub enum GradSlot<'a> {
+    /// The derivative with respect to an `f64` argument.
+    F64(&'a mut f64),
+    /// The gradient with respect to an `f64` array, same length.
+    Array(&'a mut [f64]),
+    /// Not wanted (or the argument has no derivative).
+    Skip,
+}
+
+impl Program {
+    /// Reads and compiles a `.mcir` file.
+    pub fn compile_file(path: impl AsRef<std::path::Path>) -> Result<Program, ApiError> {
+        let path = path.as_ref();
+        let text =
+            std::fs::read_to_string(path).map_err(|e| ApiError::Io(format!("{}: {e}", path.display())))?;
+        Program::compile(&path.to_string_lossy(), &text).map_err(|e| ApiError::Compile(e.render()))
+    }
+
+    /// The function called `name`.
+    pub fn function(&self, name: &str) -> Result<Function<'_>, ApiError> {
+        let id = self.module.func_by_name(name).ok_or_else(|| ApiError::NoSuchFunction(name.to_string()))?;
+        Ok(Function { program: self, id, limits: Limits::default() })
+    }
+}
+
+/// A function of a compiled program.
+#[derive(Clone)]
+pub struct Function<'p> {
+    program: &'p Program,
+    id: FuncId,
+    limits: Limits,
+}
+
+impl<'p> Function<'p> {
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.program.module.funcs[self.id].name
+    }
+
+    /// Its id in the program's IR.
+    pub fn id(&self) -> FuncId {
+        self.id
+    }
+
+    /// Its signature as source spells it: `fn(f64[], i64) -> f64`.
+    pub fn signature(&self) -> String {
+        let f = &self.program.module.funcs[self.id];
+        let types = &self.program.module.types;
+        let params: Vec<String> = f.params.iter().map(|&t| types.display(t).to_string()).collect();
+        match f.ret {
+            Some(r) => format!("fn({}) -> {}", params.join(", "), types.display(r)),
+            None => format!("fn({})", params.join(", ")),
+        }
+    }
+
+    /// The function, if its signature is `signature` (spaces do not matter).
+    pub fn expect_signature(self, signature: &str) -> Result<Self, ApiError> {
+        let norm = |s: &str| s.chars().filter(|c| !c.is_whitespace()).collect::<String>();
+        let found = self.signature();
+        if norm(&found) != norm(signature) {
+            return Err(ApiError::Signature {
+                function: self.name().to_string(),
+                expected: signature.into(),
+                found,
+            });
+        }
+        Ok(self)
+    }
+
+    /// The same function with other resource limits.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    fn check_args(&self, args: &[Val]) -> Result<(), ApiError> {
+        let f = &self.program.module.funcs[self.id];
+        if args.len() != f.params.len() {
+            return Err(ApiError::Args(format!(
+                "`{}` takes {} arguments, {} given",
+                f.name,
+                f.params.len(),
+                args.len()
+            )));
+        }
+        for (i, (a, &t)) in args.iter().zip(&f.params).enumerate() {
+            if !fits(&self.program.module.types, t, a) {
+                return Err(ApiError::Args(format!(
+                    "argument {i} of `{}` must be a {}",
+                    f.name,
+                    self.program.module.types.display(t)
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Calls the function; address-identified arguments show its effects afterwards.
+    pub fn call(&self, args: &[Val]) -> Result<Option<Val>, ApiError> {
+        self.check_args(args)?;
+        Ok(self.program.call(self.id, args, &self.limits)?)
+    }
+
+    /// The value of a function returning `f64` and its gradient with respect to every
+    /// argument upon entry (one value of the argument's tangent type each).
+    pub fn value_and_gradient(&self, args: &[Val]) -> Result<(f64, Vec<Val>), ApiError> {
+        let f = &self.program.module.funcs[self.id];
+        if f.ret != Some(TypeTable::F64) {
+            return Err(ApiError::Signature {
+                function: f.name.clone(),
+                expected: "a function returning f64".into(),
+                found: self.signature(),
+            });
+        }
+        let out = self.vjp(args, Some(Val::F64(1.0)), &[])?;
+        Ok((out.value.and_then(|v| v.as_f64()).unwrap_or(f64::NAN), out.gradient))
+    }
+
+    /// The vector-Jacobian product: the cotangent of every argument upon entry, given a
+    /// cotangent of the result and cotangents of the arguments' state after the call
+    /// (`seed_args` may be shorter than the arguments; missing ones are zero).
+    pub fn vjp(
+        &self,
+        args: &[Val],
+        seed: Option<Val>,
+        seed_args: &[Option<Val>],
+    ) -> Result<crate::Vjp, ApiError> {
+        self.check_args(args)?;
+        let mut d = self.differentiated()?;
+        let mut seeds: Vec<Option<Val>> = seed_args.to_vec();
+        seeds.resize(args.len(), None);
+        Ok(d.vjp(self.id, args, seed, &seeds, &self.limits)?)
+    }
+
+    fn differentiated(&self) -> Result<Differentiated, ApiError> {
+        self.program.differentiate(&AdOptions::default()).map_err(|e| ApiError::Derive(e.to_string()))
+    }
+
+    /// A handle that calls the function and its gradient on Rust slices, compiled once,
+    /// with memory kept from call to call. Parameters must be scalars or arrays.
+    pub fn prepare(&self) -> Result<Prepared<'p>, ApiError> {
+        let primal = self.program.native().map_err(|e| ApiError::Derive(e.to_string()))?.clone();
+        Ok(Prepared {
+            function: self.clone(),
+            primal,
+            gradient: None,
+            workspace: mcir_jit::Workspace::new(),
+            grad_workspace: mcir_jit::Workspace::new(),
+        })
+    }
+}
+
+fn fits(types: &TypeTable, t: mcir_ir::TypeId, v: &Val) -> bool {
+    use mcir_ir::{Scalar, Type};
+    match (types.get(t), v) {
+        (Type::Scalar(Scalar::F64), Val::F64(_)) => true,
+        (Type::Scalar(Scalar::I64), Val::I64(_)) => true,
+        (Type::Scalar(Scalar::Bool), Val::Bool(_)) => true,
+        (Type::Array { elem, rank }, Val::Array(a)) => {
+            a.shape.len() == *rank as usize
+                && matches!(
+                    (elem, &*a.data.borrow()),
+                    (Scalar::F64, mcir_interp::ArrayData::F64(_))
+                        | (Scalar::I64, mcir_interp::ArrayData::I64(_))
+                        | (Scalar::Bool, mcir_interp::ArrayData::Bool(_))
+                )
+        }
+        (Type::Ref(inner), Val::Ref(c)) => fits(types, *inner, &c.borrow()),
+        (Type::Tuple(items), Val::Agg(f)) => {
+            items.len() == f.len() && items.iter().zip(f.iter()).all(|(&t, v)| fits(types, t, v))
+        }
+        (Type::Struct(_), Val::Agg(f)) => types.as_struct(t).is_some_and(|(_, d)| {
+            !d.mutable
+                && d.fields.len() == f.len()
+                && d.fields.iter().zip(f.iter()).all(|(x, v)| fits(types, x.1, v))
+        }),
+        (Type::Struct(_), Val::Mut(f)) => types.as_struct(t).is_some_and(|(_, d)| {
+            let f = f.borrow();
+            d.mutable
+                && d.fields.len() == f.len()
+                && d.fields.iter().zip(f.iter()).all(|(x, v)| fits(types, x.1, v))
+        }),
+        _ => false,
+    }
+}
+
+/// A function ready to be called many times on Rust slices: its native code and its
+/// gradient's are compiled once, and the arena memory of one call is reused by the next,
+/// so calls with the same shapes allocate nothing new. Not shared between threads: make
+/// one per thread (the program itself may be shared).
+pub struct Prepared<'p> {
+    function: Function<'p>,
+    primal: mcir_jit::Jit,
+    gradient: Option<(mcir_jit::Jit, FuncId)>,
+    workspace: mcir_jit::Workspace,
+    grad_workspace: mcir_jit::Workspace,
+}
+
+impl Prepared<'_> {
+    /// Calls the function; arrays are read and updated in place. Returns the result of
+    /// a function returning `f64` (or `NaN` for one returning nothing).
+    pub fn call(&mut self, args: &mut [Arg<'_>]) -> Result<f64, ApiError> {
+        let f = &self.function.program.module.funcs[self.function.id];
+        let ret = f.ret;
+        let r =
+            self.primal.call_raw(&mut self.workspace, self.function.id, args, &self.function.limits, |r| {
+                match ret {
+                    Some(TypeTable::F64) => r.f64(),
+                    Some(TypeTable::I64) => r.i64() as f64,
+                    _ => f64::NAN,
+                }
+            });
+        r.map_err(|e| raw_error(self.function.name(), e))
+    }
+
+    /// The value and gradient of a function returning `f64`, written into `grads` (one
+    /// slot per argument). Arguments come back unchanged.
+    pub fn value_and_gradient(
+        &mut self,
+        args: &mut [Arg<'_>],
+        grads: &mut [GradSlot<'_>],
+    ) -> Result<f64, ApiError> {
+        let module = &self.function.program.module;
+        let f = &module.funcs[self.function.id];
+        if f.ret != Some(TypeTable::F64) {
+            return Err(ApiError::Signature {
+                function: f.name.clone(),
+                expected: "a function returning f64".into(),
+                found: self.function.signature(),
+            });
+        }
+        if grads.len() != f.params.len() {
+            return Err(ApiError::Args(format!(
+                "{} gradient slots for {} arguments",
+                grads.len(),
+                f.params.len()
+            )));
+        }
+        if self.gradient.is_none() {
+            let mut d = self.function.differentiated()?;
+            let driver = d.driver(self.function.id).map_err(|e| ApiError::Derive(e.to_string()))?;
+            let jit = mcir_jit::Jit::compile(d.module()).map_err(|e| ApiError::Derive(e.to_string()))?;
+            self.gradient = Some((jit, driver));
+        }
+        let Some((jit, driver)) = &self.gradient else { return Err(ApiError::Derive("no gradient".into())) };
+        let types = &module.types;
+        let params = f.params.clone();
+        // The driver takes the arguments, then the result's cotangent.
+        let mut all: Vec<Arg<'_>> = Vec::with_capacity(args.len() + 1);
+        for a in args.iter_mut() {
+            all.push(match a {
+                Arg::F64(x) => Arg::F64(*x),
+                Arg::I64(x) => Arg::I64(*x),
+                Arg::Bool(x) => Arg::Bool(*x),
+                Arg::F64Array(d, s) => Arg::F64Array(d, s),
+                Arg::I64Array(d, s) => Arg::I64Array(d, s),
+            });
+        }
+        all.push(Arg::F64(1.0));
+        let name = f.name.clone();
+        let mut bad = None;
+        let value = jit.call_raw(&mut self.grad_workspace, *driver, &mut all, &self.function.limits, |r| {
+            for (i, (slot, &t)) in grads.iter_mut().zip(&params).enumerate() {
+                let g = r.field(1 + i);
+                match slot {
+                    GradSlot::F64(out) if t == TypeTable::F64 => **out = g.f64(),
+                    GradSlot::Array(out) if has_tangent(types, t) && types.as_array(t).is_some() => {
+                        let src = g.f64s();
+                        if src.len() == out.len() {
+                            out.copy_from_slice(src);
+                        } else {
+                            bad = Some(format!(
+                                "gradient slot {i} has {} elements, the argument {}",
+                                out.len(),
+                                src.len()
+                            ));
+                        }
+                    }
+                    GradSlot::Skip => {}
+                    _ => bad = Some(format!("gradient slot {i} does not fit a {}", types.display(t))),
+                }
+            }
+            r.field(0).f64()
+        });
+        let value = value.map_err(|e| raw_error(&name, e))?;
+        match bad {
+            Some(m) => Err(ApiError::Args(m)),
+            None => Ok(value),
+        }
+    }
+}
+
+/// Errors of the slice interface: a mismatch found before the call is an argument error.
+fn raw_error(function: &str, e: RuntimeError) -> ApiError {
+    match &e.kind {
+        mcir_interp::RuntimeErrorKind::Internal(m)
+            if m.starts_with("an argument does not fit") || m.contains("number of arguments") =>
+        {
+            ApiError::Args(format!("{m} (calling `{function}`)"))
+        }
+        mcir_interp::RuntimeErrorKind::ShapeMismatch { .. }
+            if e.function == function && e.span == Default::default() =>
+        {
+            ApiError::Args(format!(
+                "an array's shape does not fit its data (calling `{function}`): {}",
+                e.kind
+            ))
+        }
+        _ => ApiError::Runtime(e),
+    }
+}
