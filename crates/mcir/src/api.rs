@@ -211,10 +211,13 @@ impl<'p> Function<'p> {
         seed_args: &[Option<Val>],
     ) -> Result<crate::Vjp, ApiError> {
         self.check_args(args)?;
-        let mut d = self.differentiated()?;
         let mut seeds: Vec<Option<Val>> = seed_args.to_vec();
         seeds.resize(args.len(), None);
-        Ok(d.vjp(self.id, args, seed, &seeds, &self.limits)?)
+        self.program.vjp(self.id, args, seed, &seeds, &self.limits).map_err(|e| match e {
+            crate::GradError::Args(a) => ApiError::Args(a.message),
+            crate::GradError::Runtime(r) => ApiError::Runtime(r),
+            crate::GradError::Derive(d) => ApiError::Derive(d.to_string()),
+        })
     }
 
     fn differentiated(&self) -> Result<Differentiated, ApiError> {
@@ -282,6 +285,17 @@ pub struct Prepared<'p> {
 }
 
 impl Prepared<'_> {
+    /// Derives and compiles the gradient now rather than on the first gradient call.
+    pub fn compile_gradient(&mut self) -> Result<(), ApiError> {
+        if self.gradient.is_none() {
+            let mut d = self.function.differentiated()?;
+            let driver = d.driver(self.function.id).map_err(|e| ApiError::Derive(e.to_string()))?;
+            let jit = mcir_jit::Jit::compile_reachable(d.module(), &[driver]).map_err(|e| ApiError::Derive(e.to_string()))?;
+            self.gradient = Some((jit, driver));
+        }
+        Ok(())
+    }
+
     /// Calls the function; arrays are read and updated in place. Returns the result of
     /// a function returning `f64` (or `NaN` for one returning nothing).
     pub fn call(&mut self, args: &mut [Arg<'_>]) -> Result<f64, ApiError> {
@@ -321,12 +335,7 @@ impl Prepared<'_> {
                 f.params.len()
             )));
         }
-        if self.gradient.is_none() {
-            let mut d = self.function.differentiated()?;
-            let driver = d.driver(self.function.id).map_err(|e| ApiError::Derive(e.to_string()))?;
-            let jit = mcir_jit::Jit::compile(d.module()).map_err(|e| ApiError::Derive(e.to_string()))?;
-            self.gradient = Some((jit, driver));
-        }
+        self.compile_gradient()?;
         let Some((jit, driver)) = &self.gradient else { return Err(ApiError::Derive("no gradient".into())) };
         let types = &module.types;
         let params = f.params.clone();

@@ -138,8 +138,7 @@ impl Program {
                 }
             }
         }
-        let mut d = self.differentiate(&AdOptions::default()).map_err(GradError::Derive)?;
-        let out = d.vjp(func, &args, seed_val, &seeds, limits).map_err(GradError::Runtime)?;
+        let out = self.vjp(func, &args, seed_val, &seeds, limits)?;
         Ok(encode_grad_output(module, func, &out))
     }
 }
@@ -256,6 +255,81 @@ impl Differentiated {
         let out = self.run(driver, &call_args, limits)?;
         let Some(Val::Agg(items)) = out else {
             return Err(internal_error("the VJP driver returned no tuple"));
+        };
+        let value = if ret.is_some() { items.first().cloned() } else { None };
+        Ok(Vjp { value, gradient: items.iter().skip(1).cloned().collect() })
+    }
+}
+
+/// A compiled VJP for one function and one pattern of seeded arguments, shared by every
+/// call (and thread) that needs it.
+pub(crate) struct VjpRunner {
+    module: Module,
+    driver: FuncId,
+    native: std::sync::OnceLock<Result<mcir_jit::Jit, mcir_jit::JitError>>,
+}
+
+impl std::fmt::Debug for VjpRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "VjpRunner(@{})", self.module.funcs[self.driver].name)
+    }
+}
+
+/// The VJP runners of a program, by function and seed pattern.
+pub(crate) type VjpCache = std::sync::Mutex<HashMap<(FuncId, Vec<bool>), std::sync::Arc<VjpRunner>>>;
+
+impl Program {
+    fn vjp_runner(&self, func: FuncId, pattern: Vec<bool>) -> Result<std::sync::Arc<VjpRunner>, AdError> {
+        let key = (func, pattern);
+        if let Some(r) = self.vjp_cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
+            return Ok(r);
+        }
+        let mut derived = mcir_ad::derive(&self.module, &AdOptions::default())?;
+        let driver = mcir_ad::vjp_driver(&mut derived, func, &SeedPattern { args: key.1.clone() })?;
+        let runner = std::sync::Arc::new(VjpRunner { module: derived.module, driver, native: Default::default() });
+        if let Ok(mut c) = self.vjp_cache.lock() {
+            c.insert(key, runner.clone());
+        }
+        Ok(runner)
+    }
+
+    /// The VJP of `func` (see [`Differentiated::vjp`]), with the derived code compiled
+    /// once per program and shared.
+    pub fn vjp(
+        &self,
+        func: FuncId,
+        args: &[Val],
+        seed: Option<Val>,
+        seed_args: &[Option<Val>],
+        limits: &Limits,
+    ) -> Result<Vjp, GradError> {
+        let pattern: Vec<bool> = (0..args.len()).map(|i| matches!(seed_args.get(i), Some(Some(_)))).collect();
+        let runner = self.vjp_runner(func, pattern).map_err(GradError::Derive)?;
+        let module = &runner.module;
+        let ret = module.funcs[func].ret;
+        let mut call_args: Vec<Val> = args.to_vec();
+        if let Some(r) = ret {
+            if has_tangent(&module.types, r) {
+                call_args.push(seed.unwrap_or_else(|| zero_tangent_of_type(&module.types, r)));
+            }
+        }
+        call_args.extend(seed_args.iter().flatten().cloned());
+        let out = match self.engine {
+            crate::Engine::Interpreter => {
+                mcir_interp::Interpreter::new(module, limits.clone()).call(runner.driver, call_args)
+            }
+            crate::Engine::Jit => {
+                let jit = runner
+                    .native
+                    .get_or_init(|| mcir_jit::Jit::compile_reachable(module, &[runner.driver]))
+                    .as_ref()
+                    .map_err(|e| GradError::Runtime(crate::native_error(e.clone())))?;
+                jit.call(runner.driver, &call_args, limits)
+            }
+        }
+        .map_err(GradError::Runtime)?;
+        let Some(Val::Agg(items)) = out else {
+            return Err(GradError::Runtime(internal_error("the VJP driver returned no tuple")));
         };
         let value = if ret.is_some() { items.first().cloned() } else { None };
         Ok(Vjp { value, gradient: items.iter().skip(1).cloned().collect() })

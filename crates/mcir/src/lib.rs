@@ -11,6 +11,7 @@
 #![deny(missing_docs)]
 
 mod api;
+pub mod bench;
 pub mod check;
 mod diagnostics;
 mod error;
@@ -55,6 +56,7 @@ pub struct Program {
     module: Module,
     engine: Engine,
     native: Arc<std::sync::OnceLock<Result<mcir_jit::Jit, mcir_jit::JitError>>>,
+    vjp_cache: Arc<grad::VjpCache>,
 }
 
 impl Program {
@@ -82,7 +84,7 @@ impl Program {
     }
 
     pub(crate) fn from_parts(source: Arc<SourceFile>, module: Module) -> Program {
-        Program { source, module, engine: Engine::default(), native: Default::default() }
+        Program { source, module, engine: Engine::default(), native: Default::default(), vjp_cache: Default::default() }
     }
 
     /// The same program, run by `engine`.

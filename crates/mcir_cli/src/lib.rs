@@ -101,6 +101,17 @@ enum Command {
         #[arg(long, value_name = "OP", hide = true)]
         corrupt_rule: Option<String>,
     },
+    /// Time compiling, and the primal and gradient on native code (medians).
+    Bench {
+        #[command(flatten)]
+        common: Common,
+        /// JSON array of arguments, or @path.json.
+        #[arg(long, value_name = "ARGS")]
+        args: Option<String>,
+        /// Calls timed of each kind.
+        #[arg(long, default_value_t = 200)]
+        iters: usize,
+    },
     /// Print the IR of the program (or of one function with --fn).
     Ir {
         #[command(flatten)]
@@ -169,6 +180,7 @@ fn run_here(args: Vec<OsString>, stdin: &mut dyn Read) -> Outcome {
                 mcir::CheckOptions { trials, rtol, seed, ad: mcir::AdOptions { corrupt: corrupt_rule } };
             cmd_check(&common, args.as_deref(), &options, json, stdin)
         }
+        Command::Bench { common, args, iters } => cmd_bench(&common, args.as_deref(), iters, stdin),
         Command::Grad { common, args, seed, seed_args } => {
             cmd_grad(&common, args.as_deref(), seed.as_deref(), seed_args.as_deref(), stdin)
         }
@@ -266,6 +278,32 @@ fn cmd_grad(
             Err(mcir::GradError::Args(e)) => Err(Outcome::usage(e)),
             Err(mcir::GradError::Runtime(e)) => Err(Outcome::program(program.render_runtime_error(&e))),
             Err(mcir::GradError::Derive(e)) => Err(Outcome::program(format!("error: {e}\n"))),
+        }
+    })();
+    result.unwrap_or_else(|o| o)
+}
+
+fn cmd_bench(common: &Common, args: Option<&str>, iters: usize, stdin: &mut dyn Read) -> Outcome {
+    let result = (|| {
+        if iters == 0 || iters > 10_000_000 {
+            return Err(Outcome::usage("--iters must be between 1 and 10000000"));
+        }
+        if common.interp {
+            return Err(Outcome::usage("bench measures native code; --interp does not apply"));
+        }
+        let limits = limits(common)?;
+        let (name, text) = read_program(&common.file, stdin)?;
+        // Compile errors are reported with their source lines, as for every command.
+        mcir::Program::compile(&name, &text).map_err(|e| Outcome::program(e.render()))?;
+        let args = read_json_arg("--args", args.unwrap_or("[]"))?;
+        match mcir::bench::bench(&name, &text, common.func.as_deref(), &args, iters, &limits) {
+            Ok(r) => Ok(Outcome::ok(r.to_json() + "\n")),
+            Err(mcir::ApiError::Args(m)) => Err(Outcome::usage(m)),
+            Err(mcir::ApiError::Runtime(e)) => {
+                let program = mcir::Program::compile(&name, &text).map_err(|e| Outcome::program(e.render()))?;
+                Err(Outcome::program(program.render_runtime_error(&e)))
+            }
+            Err(e) => Err(Outcome::program(format!("error: {e}\n"))),
         }
     })();
     result.unwrap_or_else(|o| o)

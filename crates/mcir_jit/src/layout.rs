@@ -78,7 +78,9 @@ pub(crate) struct Arena {
     pub max_alloc_bytes: u64,
 }
 
-const CHUNK_WORDS: usize = 1 << 16;
+/// The first chunk is small (most calls need little); later ones double, up to a cap.
+const FIRST_CHUNK_WORDS: usize = 1 << 9;
+const MAX_CHUNK_WORDS: usize = 1 << 17;
 
 impl Arena {
     pub fn new(max_alloc_bytes: u64) -> Arena {
@@ -99,7 +101,7 @@ impl Arena {
     pub fn first_window(&mut self) -> Result<(u64, u64), RuntimeErrorKind> {
         self.current = 0;
         if self.chunks.is_empty() {
-            self.push_chunk(CHUNK_WORDS)?;
+            self.push_chunk(FIRST_CHUNK_WORDS)?;
         }
         Ok(Self::window_of(&mut self.chunks[0]))
     }
@@ -113,7 +115,8 @@ impl Arena {
                 Some(c) if c.len() >= words => return Ok(Self::window_of(c)),
                 Some(_) => continue,
                 None => {
-                    self.push_chunk(words.max(CHUNK_WORDS))?;
+                    let grown = self.chunks.last().map_or(FIRST_CHUNK_WORDS, |c| (c.len() * 2).min(MAX_CHUNK_WORDS));
+                    self.push_chunk(words.max(grown))?;
                     let last = self.chunks.len() - 1;
                     self.current = last;
                     return Ok(Self::window_of(&mut self.chunks[last]));
@@ -123,13 +126,12 @@ impl Arena {
     }
 
     fn push_chunk(&mut self, words: usize) -> Result<(), RuntimeErrorKind> {
-        let mut chunk = Vec::new();
-        if chunk.try_reserve_exact(words).is_err() {
-            let bytes = (words as u64).saturating_mul(8);
+        let bytes = (words as u64).saturating_mul(8);
+        if bytes > self.max_alloc_bytes.saturating_add(1 << 20) {
             return Err(RuntimeErrorKind::AllocationTooLarge { bytes, limit: self.max_alloc_bytes });
         }
-        chunk.resize(words, 0u64);
-        self.chunks.push(chunk);
+        // Zeroed memory comes from the allocator's zeroed pages: cheap even when large.
+        self.chunks.push(vec![0u64; words]);
         Ok(())
     }
 

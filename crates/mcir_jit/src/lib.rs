@@ -132,9 +132,30 @@ fn math_functions() -> Vec<(&'static str, *const u8)> {
 impl Jit {
     /// Compiles every function of `module`, which must pass the verifier.
     pub fn compile(module: &Module) -> Result<Jit, JitError> {
+        let all: Vec<FuncId> = module.funcs.keys().collect();
+        Jit::compile_reachable(module, &all)
+    }
+
+    /// Compiles the functions of `module` that `roots` call, directly or not; only they
+    /// can be called.
+    pub fn compile_reachable(module: &Module, roots: &[FuncId]) -> Result<Jit, JitError> {
+        let mut reachable = vec![false; module.funcs.len()];
+        let mut todo: Vec<FuncId> = roots.to_vec();
+        while let Some(f) = todo.pop() {
+            if reachable.get(f.index()).copied().unwrap_or(true) {
+                continue;
+            }
+            reachable[f.index()] = true;
+            for d in module.funcs[f].insts.values() {
+                if let mcir_ir::Op::Call(g) = d.op {
+                    todo.push(g);
+                }
+            }
+        }
         let err = |e: &dyn std::fmt::Display| JitError(e.to_string());
         let mut flags = settings::builder();
         flags.set("opt_level", "speed").map_err(|e| err(&e))?;
+        flags.set("regalloc_algorithm", "backtracking").map_err(|e| err(&e))?;
         flags.set("is_pic", "false").map_err(|e| err(&e))?;
         flags.set("use_colocated_libcalls", "false").map_err(|e| err(&e))?;
         flags
@@ -191,6 +212,12 @@ impl Jit {
         let mut funcs = Vec::new();
         let mut tramps = Vec::new();
         for (id, f) in module.funcs.iter() {
+            if !reachable[id.index()] {
+                // Never called: a placeholder id keeps the table indexed by function.
+                funcs.push(CFuncId::from_u32(u32::MAX));
+                tramps.push((CFuncId::from_u32(u32::MAX), jit.make_signature()));
+                continue;
+            }
             let sig = lower::signature(&jit, f);
             let cid = jit
                 .declare_function(&format!("f{}", id.index()), Linkage::Local, &sig)
@@ -209,6 +236,9 @@ impl Jit {
         let mut ctx = jit.make_context();
         let mut fctx = FunctionBuilderContext::new();
         for (id, _) in module.funcs.iter() {
+            if !reachable[id.index()] {
+                continue;
+            }
             {
                 let mut l = lower::Lowering {
                     jit: &mut jit,
@@ -263,7 +293,11 @@ impl Jit {
             jit.clear_context(&mut ctx);
         }
         jit.finalize_definitions().map_err(|e| err(&e))?;
-        let entries = tramps.iter().map(|(t, _)| jit.get_finalized_function(*t)).collect();
+        let entries = tramps
+            .iter()
+            .zip(&reachable)
+            .map(|((t, _), &r)| if r { jit.get_finalized_function(*t) } else { std::ptr::null() })
+            .collect();
         let tables = Box::new(Tables { types: module.types.clone(), sites });
         Ok(Jit { inner: Arc::new(Compiled { jit: Some(jit), entries, tables, module: module.clone() }) })
     }
@@ -290,6 +324,9 @@ impl Jit {
         let c = &*self.inner;
         let f = c.module.funcs.get(func).ok_or_else(|| internal("no such function"))?;
         let entry = *c.entries.get(func.index()).ok_or_else(|| internal("no such function"))?;
+        if entry.is_null() {
+            return Err(internal("the function was not compiled"));
+        }
         let mut arena = workspace.arena.take().unwrap_or_else(|| Arena::new(limits.max_alloc_bytes));
         arena.reset();
         arena.max_alloc_bytes = limits.max_alloc_bytes;
@@ -437,6 +474,9 @@ impl Jit {
         let c = &*self.inner;
         let f = c.module.funcs.get(func).ok_or_else(|| internal("no such function"))?;
         let entry = *c.entries.get(func.index()).ok_or_else(|| internal("no such function"))?;
+        if entry.is_null() {
+            return Err(internal("the function was not compiled"));
+        }
         if args.len() != f.params.len() {
             return Err(internal("wrong number of arguments"));
         }

@@ -186,6 +186,7 @@ impl FnLower<'_, '_> {
     }
 
     /// Fails with `code` when `bad` is true.
+    /// Fails with `code` when `bad` is true.
     fn check(&mut self, bad: CValue, site: i64, code: i64, payload: [CValue; 3]) {
         let fail = self.b.create_block();
         let cont = self.b.create_block();
@@ -719,9 +720,17 @@ impl FnLower<'_, '_> {
                 None
             }
             Op::StackNew => {
-                let s = fallible_site(self);
-                let s = self.b.ins().iconst(P, s);
-                self.rt_call_checked("mc_stack_new", &[self.ctx, s])
+                // Header and room for a first few values in one block from the arena.
+                const FIRST: i64 = 16;
+                let site = fallible_site(self);
+                let block = self.alloc(stack::HEADER_BYTES as i64 + 8 * FIRST, site);
+                let data = self.b.ins().iadd_imm_s(block, stack::HEADER_BYTES as i64);
+                let zero = self.zero();
+                let cap = self.b.ins().iconst(P, FIRST);
+                self.b.ins().store(flags(), data, block, stack::DATA);
+                self.b.ins().store(flags(), zero, block, stack::LEN);
+                self.b.ins().store(flags(), cap, block, stack::CAP);
+                Some(block)
             }
             Op::StackPush => {
                 // Fast path inline: store when there is room, grow through the runtime if not.

@@ -1,0 +1,182 @@
+//! `mcc bench`: how long compiling takes, and the medians of many primal and gradient
+//! calls on native code, measured in one process.
+
+use crate::api::{ApiError, Arg, GradSlot};
+use crate::{Limits, Program, Value};
+use mcir_interp::ArrayData;
+use std::time::Instant;
+
+/// What `mcc bench` reports.
+#[derive(Clone, Debug)]
+pub struct BenchReport {
+    /// Parsing, checking, lowering, deriving the rule and generating native code for the
+    /// function and its gradient, in milliseconds.
+    pub compile_ms: f64,
+    /// Median time of one primal call, in nanoseconds.
+    pub primal_ns: f64,
+    /// Median time of one gradient (forward and reverse pass, shadows zeroed), in ns.
+    pub gradient_ns: f64,
+    /// Calls timed of each.
+    pub iters: usize,
+}
+
+impl BenchReport {
+    /// `{"compile_ms": C, "primal_ns": P, "gradient_ns": G, "ratio": G/P, "iters": N}`.
+    pub fn to_json(&self) -> String {
+        let num = |x: f64| serde_json::Number::from_f64(x).map(serde_json::Value::Number).unwrap_or(serde_json::Value::Null);
+        serde_json::json!({
+            "compile_ms": num(self.compile_ms),
+            "primal_ns": num(self.primal_ns),
+            "gradient_ns": num(self.gradient_ns),
+            "ratio": num(self.gradient_ns / self.primal_ns),
+            "iters": self.iters,
+        })
+        .to_string()
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => 0.5 * (v[n / 2 - 1] + v[n / 2]),
+    }
+}
+
+/// An owned copy of an argument that the slice interface can lend.
+enum Owned {
+    F64(f64),
+    I64(i64),
+    Bool(bool),
+    F64s(Vec<f64>, Vec<usize>),
+    I64s(Vec<i64>, Vec<usize>),
+}
+
+fn owned(v: &Value) -> Option<Owned> {
+    Some(match v {
+        Value::F64(x) => Owned::F64(*x),
+        Value::I64(x) => Owned::I64(*x),
+        Value::Bool(x) => Owned::Bool(*x),
+        Value::Array(a) => match &*a.data.borrow() {
+            ArrayData::F64(d) => Owned::F64s(d.clone(), a.shape.clone()),
+            ArrayData::I64(d) => Owned::I64s(d.clone(), a.shape.clone()),
+            ArrayData::Bool(_) => return None,
+        },
+        _ => return None,
+    })
+}
+
+fn lend(o: &mut Owned) -> Arg<'_> {
+    match o {
+        Owned::F64(x) => Arg::F64(*x),
+        Owned::I64(x) => Arg::I64(*x),
+        Owned::Bool(x) => Arg::Bool(*x),
+        Owned::F64s(d, s) => Arg::F64Array(d, s),
+        Owned::I64s(d, s) => Arg::I64Array(d, s),
+    }
+}
+
+/// Compiles `source`, then times `iters` primal and gradient calls of `name` at `args`.
+pub fn bench(
+    file: &str,
+    source: &str,
+    name: Option<&str>,
+    args_json: &str,
+    iters: usize,
+    limits: &Limits,
+) -> Result<BenchReport, ApiError> {
+    // Arguments are read first: decoding JSON is not compiling.
+    let parsed = Program::compile(file, source).map_err(|e| ApiError::Compile(e.render()))?;
+    let pid = parsed.entry(name).map_err(|e| ApiError::Args(e.to_string()))?;
+    let args = crate::json::decode_args(&parsed.module, pid, args_json).map_err(|e| ApiError::Args(e.message))?;
+    let start = Instant::now();
+    let program = Program::compile(file, source).map_err(|e| ApiError::Compile(e.render()))?;
+    let id = program.entry(name).map_err(|e| ApiError::Args(e.to_string()))?;
+    let fname = program.module.funcs[id].name.clone();
+    let function = program.function(&fname)?.with_limits(limits.clone());
+    let mut prepared = function.prepare()?;
+    let _ = program.native().map_err(|e| ApiError::Derive(e.to_string()))?;
+    let flat: Option<Vec<Owned>> = args.iter().map(owned).collect();
+    let returns_f64 = program.module.funcs[id].ret == Some(mcir_ir::TypeTable::F64);
+    // Compiling means: source to native code for the function and its gradient.
+    let mut grads: Vec<Vec<f64>> = Vec::new();
+    if let (Some(flat), true) = (&flat, returns_f64) {
+        prepared.compile_gradient()?;
+        grads = flat.iter().map(|o| if let Owned::F64s(d, _) = o { vec![0.0; d.len()] } else { Vec::new() }).collect();
+    }
+    let compile_ms = start.elapsed().as_secs_f64() * 1e3;
+    // One untimed round of each warms caches and sizes the arenas.
+    if let (Some(flat), true) = (&flat, returns_f64) {
+        let mut work: Vec<Owned> = flat.iter().map(clone_owned).collect();
+        let mut lent: Vec<Arg<'_>> = work.iter_mut().map(lend).collect();
+        prepared.call(&mut lent)?;
+        let mut work: Vec<Owned> = flat.iter().map(clone_owned).collect();
+        gradient_once(&mut prepared, &mut work, &mut grads)?;
+    } else {
+        function.vjp(&crate::grad::deep_copy_all(&args), seed(&program, id), &[])?;
+    }
+    let iters = iters.max(1);
+    let mut primal = Vec::with_capacity(iters);
+    let mut gradient = Vec::with_capacity(iters);
+    match (&flat, returns_f64) {
+        (Some(flat), true) => {
+            for _ in 0..iters {
+                // Fresh arguments each time (the function may update them), outside the timing.
+                let mut work: Vec<Owned> = flat.iter().map(clone_owned).collect();
+                let mut lent: Vec<Arg<'_>> = work.iter_mut().map(lend).collect();
+                let t = Instant::now();
+                prepared.call(&mut lent)?;
+                primal.push(t.elapsed().as_nanos() as f64);
+                drop(lent);
+                let mut work: Vec<Owned> = flat.iter().map(clone_owned).collect();
+                let t = Instant::now();
+                gradient_once(&mut prepared, &mut work, &mut grads)?;
+                gradient.push(t.elapsed().as_nanos() as f64);
+            }
+        }
+        _ => {
+            for _ in 0..iters {
+                let a = crate::grad::deep_copy_all(&args);
+                let t = Instant::now();
+                function.call(&a)?;
+                primal.push(t.elapsed().as_nanos() as f64);
+                let a = crate::grad::deep_copy_all(&args);
+                let t = Instant::now();
+                function.vjp(&a, seed(&program, id), &[])?;
+                gradient.push(t.elapsed().as_nanos() as f64);
+            }
+        }
+    }
+    Ok(BenchReport { compile_ms, primal_ns: median(primal), gradient_ns: median(gradient), iters })
+}
+
+fn seed(program: &Program, id: mcir_ir::FuncId) -> Option<Value> {
+    (program.module.funcs[id].ret == Some(mcir_ir::TypeTable::F64)).then_some(Value::F64(1.0))
+}
+
+fn clone_owned(o: &Owned) -> Owned {
+    match o {
+        Owned::F64(x) => Owned::F64(*x),
+        Owned::I64(x) => Owned::I64(*x),
+        Owned::Bool(x) => Owned::Bool(*x),
+        Owned::F64s(d, s) => Owned::F64s(d.clone(), s.clone()),
+        Owned::I64s(d, s) => Owned::I64s(d.clone(), s.clone()),
+    }
+}
+
+fn gradient_once(prepared: &mut crate::Prepared<'_>, work: &mut [Owned], grads: &mut [Vec<f64>]) -> Result<f64, ApiError> {
+    let mut scalar_grads = vec![0.0; work.len()];
+    let mut lent: Vec<Arg<'_>> = work.iter_mut().map(lend).collect();
+    let mut slots: Vec<GradSlot<'_>> = grads
+        .iter_mut()
+        .zip(scalar_grads.iter_mut())
+        .zip(lent.iter())
+        .map(|((g, s), a)| match a {
+            Arg::F64(_) => GradSlot::F64(s),
+            Arg::F64Array(..) => GradSlot::Array(g),
+            _ => GradSlot::Skip,
+        })
+        .collect();
+    prepared.value_and_gradient(&mut lent, &mut slots)
+}
