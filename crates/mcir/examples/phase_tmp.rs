@@ -13,6 +13,13 @@ fn main() {
         let t4 = t.elapsed();
         let _j = mcir_jit::Jit::compile_reachable(d.module(), &[drv]).unwrap();
         let t5 = t.elapsed();
-        println!("compile {:?} native {:?} derive {:?} driver {:?} jit-derived {:?}", t1, t2-t1, t3-t2, t4-t3, t5-t4);
+        println!(
+            "compile {:?} native {:?} derive {:?} driver {:?} jit-derived {:?}",
+            t1,
+            t2 - t1,
+            t3 - t2,
+            t4 - t3,
+            t5 - t4
+        );
     }
 }

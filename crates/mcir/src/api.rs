@@ -290,7 +290,8 @@ impl Prepared<'_> {
         if self.gradient.is_none() {
             let mut d = self.function.differentiated()?;
             let driver = d.driver(self.function.id).map_err(|e| ApiError::Derive(e.to_string()))?;
-            let jit = mcir_jit::Jit::compile_reachable(d.module(), &[driver]).map_err(|e| ApiError::Derive(e.to_string()))?;
+            let jit = mcir_jit::Jit::compile_reachable(d.module(), &[driver])
+                .map_err(|e| ApiError::Derive(e.to_string()))?;
             self.gradient = Some((jit, driver));
         }
         Ok(())

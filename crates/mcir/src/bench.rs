@@ -23,7 +23,9 @@ pub struct BenchReport {
 impl BenchReport {
     /// `{"compile_ms": C, "primal_ns": P, "gradient_ns": G, "ratio": G/P, "iters": N}`.
     pub fn to_json(&self) -> String {
-        let num = |x: f64| serde_json::Number::from_f64(x).map(serde_json::Value::Number).unwrap_or(serde_json::Value::Null);
+        let num = |x: f64| {
+            serde_json::Number::from_f64(x).map(serde_json::Value::Number).unwrap_or(serde_json::Value::Null)
+        };
         serde_json::json!({
             "compile_ms": num(self.compile_ms),
             "primal_ns": num(self.primal_ns),
@@ -89,7 +91,8 @@ pub fn bench(
     // Arguments are read first: decoding JSON is not compiling.
     let parsed = Program::compile(file, source).map_err(|e| ApiError::Compile(e.render()))?;
     let pid = parsed.entry(name).map_err(|e| ApiError::Args(e.to_string()))?;
-    let args = crate::json::decode_args(&parsed.module, pid, args_json).map_err(|e| ApiError::Args(e.message))?;
+    let args =
+        crate::json::decode_args(&parsed.module, pid, args_json).map_err(|e| ApiError::Args(e.message))?;
     let start = Instant::now();
     let program = Program::compile(file, source).map_err(|e| ApiError::Compile(e.render()))?;
     let id = program.entry(name).map_err(|e| ApiError::Args(e.to_string()))?;
@@ -103,7 +106,10 @@ pub fn bench(
     let mut grads: Vec<Vec<f64>> = Vec::new();
     if let (Some(flat), true) = (&flat, returns_f64) {
         prepared.compile_gradient()?;
-        grads = flat.iter().map(|o| if let Owned::F64s(d, _) = o { vec![0.0; d.len()] } else { Vec::new() }).collect();
+        grads = flat
+            .iter()
+            .map(|o| if let Owned::F64s(d, _) = o { vec![0.0; d.len()] } else { Vec::new() })
+            .collect();
     }
     let compile_ms = start.elapsed().as_secs_f64() * 1e3;
     // One untimed round of each warms caches and sizes the arenas.
@@ -165,7 +171,11 @@ fn clone_owned(o: &Owned) -> Owned {
     }
 }
 
-fn gradient_once(prepared: &mut crate::Prepared<'_>, work: &mut [Owned], grads: &mut [Vec<f64>]) -> Result<f64, ApiError> {
+fn gradient_once(
+    prepared: &mut crate::Prepared<'_>,
+    work: &mut [Owned],
+    grads: &mut [Vec<f64>],
+) -> Result<f64, ApiError> {
     let mut scalar_grads = vec![0.0; work.len()];
     let mut lent: Vec<Arg<'_>> = work.iter_mut().map(lend).collect();
     let mut slots: Vec<GradSlot<'_>> = grads

@@ -286,7 +286,8 @@ impl Program {
         }
         let mut derived = mcir_ad::derive(&self.module, &AdOptions::default())?;
         let driver = mcir_ad::vjp_driver(&mut derived, func, &SeedPattern { args: key.1.clone() })?;
-        let runner = std::sync::Arc::new(VjpRunner { module: derived.module, driver, native: Default::default() });
+        let runner =
+            std::sync::Arc::new(VjpRunner { module: derived.module, driver, native: Default::default() });
         if let Ok(mut c) = self.vjp_cache.lock() {
             c.insert(key, runner.clone());
         }

@@ -84,7 +84,13 @@ impl Program {
     }
 
     pub(crate) fn from_parts(source: Arc<SourceFile>, module: Module) -> Program {
-        Program { source, module, engine: Engine::default(), native: Default::default(), vjp_cache: Default::default() }
+        Program {
+            source,
+            module,
+            engine: Engine::default(),
+            native: Default::default(),
+            vjp_cache: Default::default(),
+        }
     }
 
     /// The same program, run by `engine`.

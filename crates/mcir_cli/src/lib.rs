@@ -300,7 +300,8 @@ fn cmd_bench(common: &Common, args: Option<&str>, iters: usize, stdin: &mut dyn 
             Ok(r) => Ok(Outcome::ok(r.to_json() + "\n")),
             Err(mcir::ApiError::Args(m)) => Err(Outcome::usage(m)),
             Err(mcir::ApiError::Runtime(e)) => {
-                let program = mcir::Program::compile(&name, &text).map_err(|e| Outcome::program(e.render()))?;
+                let program =
+                    mcir::Program::compile(&name, &text).map_err(|e| Outcome::program(e.render()))?;
                 Err(Outcome::program(program.render_runtime_error(&e)))
             }
             Err(e) => Err(Outcome::program(format!("error: {e}\n"))),

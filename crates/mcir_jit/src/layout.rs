@@ -115,7 +115,8 @@ impl Arena {
                 Some(c) if c.len() >= words => return Ok(Self::window_of(c)),
                 Some(_) => continue,
                 None => {
-                    let grown = self.chunks.last().map_or(FIRST_CHUNK_WORDS, |c| (c.len() * 2).min(MAX_CHUNK_WORDS));
+                    let grown =
+                        self.chunks.last().map_or(FIRST_CHUNK_WORDS, |c| (c.len() * 2).min(MAX_CHUNK_WORDS));
                     self.push_chunk(words.max(grown))?;
                     let last = self.chunks.len() - 1;
                     self.current = last;

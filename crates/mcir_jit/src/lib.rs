@@ -213,9 +213,10 @@ impl Jit {
         let mut tramps = Vec::new();
         for (id, f) in module.funcs.iter() {
             if !reachable[id.index()] {
-                // Never called: a placeholder id keeps the table indexed by function.
-                funcs.push(CFuncId::from_u32(u32::MAX));
-                tramps.push((CFuncId::from_u32(u32::MAX), jit.make_signature()));
+                // Never called (a reachable function only calls reachable ones): a placeholder
+                // keeps the table indexed by function.
+                funcs.push(CFuncId::from_u32(0));
+                tramps.push((CFuncId::from_u32(0), jit.make_signature()));
                 continue;
             }
             let sig = lower::signature(&jit, f);
