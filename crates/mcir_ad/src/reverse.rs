@@ -42,6 +42,14 @@ pub(crate) struct Reverse<'a> {
     corrupting: bool,
     tape: Value,
     tape_sid: mcir_ir::StructId,
+    /// Where forward values are defined, as primal blocks.
+    fw_inst_block: HashMap<Inst, Block>,
+    fw_block_to_primal: HashMap<Block, Block>,
+    /// Values pushed (block, value), popped in the reverse of their block, and to be
+    /// popped there after the fact.
+    pushed: std::collections::HashSet<(Block, Value)>,
+    popped_in: std::collections::HashSet<(Block, Value)>,
+    pop_in: Vec<(Block, Value, usize)>,
     /// Values defined in the forward pass's entry block.
     fw_entry_values: std::collections::HashSet<Value>,
     pub slots: Vec<Slot>,
@@ -59,6 +67,11 @@ pub(crate) struct Reverse<'a> {
     popped: HashMap<Value, Value>,
     zero: Option<Value>,
     adj: HashMap<(Value, u32), Value>,
+    /// Position in the primal block of the instruction being reversed, the last write
+    /// to memory before it, and the loads already emitted again.
+    cur_pos: usize,
+    last_write_before_current: Option<usize>,
+    reloaded: HashMap<Value, Value>,
     pub order: Vec<Block>,
 }
 
@@ -143,6 +156,22 @@ impl<'a> Reverse<'a> {
             corrupting: false,
             tape,
             tape_sid: rule.tape_sid,
+            fw_inst_block: fw
+                .e
+                .func
+                .blocks
+                .iter()
+                .flat_map(|(b, d)| d.insts.iter().map(move |&i| (i, b)))
+                .collect(),
+            fw_block_to_primal: fw
+                .block_map
+                .iter()
+                .enumerate()
+                .map(|(pi, &fb)| (fb, Block::new(pi)))
+                .collect(),
+            pushed: Default::default(),
+            popped_in: Default::default(),
+            pop_in: Vec::new(),
             fw_entry_values: {
                 let f = &fw.e.func;
                 let entry = &f.blocks[f.entry()];
@@ -162,6 +191,9 @@ impl<'a> Reverse<'a> {
             popped: HashMap::new(),
             zero: None,
             adj: HashMap::new(),
+            cur_pos: 0,
+            last_write_before_current: None,
+            reloaded: HashMap::new(),
             order: vec![entry],
         }
     }
@@ -214,11 +246,50 @@ impl<'a> Reverse<'a> {
             return self.slots[slot].rev_stack;
         }
         let stack = self.slots[slot].rev_stack;
-        let v = self.insert_front(Op::StackPop, vec![stack], ty);
+        // A value computed in another block (an outer loop's index, say) is pushed once
+        // where it is computed and popped in that block's reverse; here the top of its
+        // stack is the instance this block saw, so it is read without popping.
+        let def = self.fw_def_block(fv).unwrap_or(self.cur);
+        let v = if def == self.cur {
+            self.popped_in.insert((self.cur, fv));
+            self.insert_front(Op::StackPop, vec![stack], ty)
+        } else {
+            self.pop_in.push((def, fv, slot));
+            self.insert_front(Op::StackPeek, vec![stack], ty)
+        };
         self.e.func.values[v].name = name;
         self.popped.insert(fv, v);
-        self.pushes.push((self.cur, fv, slot));
+        if self.pushed.insert((def, fv)) {
+            self.pushes.push((def, fv, slot));
+        }
         v
+    }
+
+    /// The primal block whose forward block defines `fv`.
+    fn fw_def_block(&self, fv: Value) -> Option<Block> {
+        let fb = match self.fw.e.func.values[fv].def {
+            mcir_ir::ValueDef::Param(b, _) => b,
+            mcir_ir::ValueDef::Inst(i) => *self.fw_inst_block.get(&i)?,
+        };
+        self.fw_block_to_primal.get(&fb).copied()
+    }
+
+    /// Pops, in the reverse of their defining blocks, the values other blocks only read.
+    fn finish_pops(&mut self) {
+        let pending = std::mem::take(&mut self.pop_in);
+        for (def, fv, slot) in pending {
+            if !self.popped_in.insert((def, fv)) {
+                continue;
+            }
+            let rb = self.rblock[def.index()];
+            let stack = self.slots[slot].rev_stack;
+            let ty = self.slots[slot].ty;
+            let v = self.e.func.push_inst(rb, Op::StackPop, vec![stack], Some(ty), self.primal.span);
+            if let Some(inst) = self.e.func.blocks[rb].insts.pop() {
+                self.e.func.blocks[rb].insts.insert(0, inst);
+            }
+            let _ = v;
+        }
     }
 
     fn insert_front(&mut self, op: Op, args: Vec<Value>, ty: TypeId) -> Value {
@@ -232,8 +303,41 @@ impl<'a> Reverse<'a> {
     }
 
     fn fwdv(&mut self, primal_v: Value) -> Result<Value, AdError> {
+        if let Some(v) = self.reload(primal_v)? {
+            return Ok(v);
+        }
         let fv = self.fw.fwd(primal_v)?;
         Ok(self.get(fv))
+    }
+
+    /// A value loaded from an array earlier in the block being reversed is loaded again
+    /// instead of being kept on the tape, when nothing may have written memory between
+    /// the load and the instruction whose adjoint needs it: by then the reverse pass has
+    /// undone everything after that instruction, so memory is as the load saw it.
+    fn reload(&mut self, primal_v: Value) -> Result<Option<Value>, AdError> {
+        let mcir_ir::ValueDef::Inst(load) = self.primal.values[primal_v].def else { return Ok(None) };
+        if !matches!(self.primal.insts[load].op, Op::Load) {
+            return Ok(None);
+        }
+        let Some(pos) = self.primal.blocks[self.cur].insts.iter().position(|&i| i == load) else {
+            return Ok(None);
+        };
+        if self.last_write_before_current.is_some_and(|w| w > pos) || pos >= self.cur_pos {
+            return Ok(None);
+        }
+        if let Some(&v) = self.reloaded.get(&primal_v) {
+            return Ok(Some(v));
+        }
+        let args = self.primal.insts[load].args.clone();
+        let mut ops = Vec::new();
+        for a in args {
+            ops.push(self.fwdv(a)?);
+        }
+        let ty = self.primal.value_type(primal_v);
+        let v = self.e.val(Op::Load, ops, ty);
+        self.e.func.values[v].name = self.fw.e.func.values[self.fw.fwd(primal_v)?].name.clone();
+        self.reloaded.insert(primal_v, v);
+        Ok(Some(v))
     }
 
     fn shadow(&mut self, primal_v: Value) -> Result<Value, AdError> {
@@ -453,7 +557,11 @@ impl<'a> Reverse<'a> {
             self.adj.insert(key, p);
         }
         let data = &primal.blocks[b];
-        for &inst in data.insts.iter().rev() {
+        self.reloaded.clear();
+        for (pos, &inst) in data.insts.iter().enumerate().rev() {
+            self.cur_pos = pos;
+            self.last_write_before_current =
+                data.insts[..pos].iter().rposition(|&i| writes_memory(&primal.insts[i].op));
             let d = &primal.insts[inst];
             self.e.span = d.span;
             self.corrupting = match &self.corrupt {
@@ -817,7 +925,8 @@ impl<'a> Reverse<'a> {
             | Op::MoveAdd
             | Op::StackNew
             | Op::StackPush
-            | Op::StackPop => {
+            | Op::StackPop
+            | Op::StackPeek => {
                 return Err(AdError {
                     func: primal.name.clone(),
                     message: format!(
@@ -1168,8 +1277,27 @@ impl<'a> Reverse<'a> {
         for (b, _) in self.primal.blocks.iter().rev() {
             self.block(b, &edges[b.index()])?;
         }
+        self.finish_pops();
         Ok(())
     }
+}
+
+/// Whether an op may write memory a load reads (calls may write anything).
+fn writes_memory(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Store
+            | Op::CopyInto
+            | Op::AddInto
+            | Op::Axpy
+            | Op::MoveAdd
+            | Op::RefStore
+            | Op::MutStore(..)
+            | Op::Call(_)
+            | Op::StackPush
+            | Op::StackPop
+            | Op::StackPeek
+    )
 }
 
 /// The name a corrupted rule is selected by: the op's mnemonic, without `map.` (so that

@@ -465,6 +465,12 @@ impl<'m> Interpreter<'m> {
                 }
                 _ => return Err(internal("stack.push to a non-stack")),
             },
+            Op::StackPeek => match arg(a, 0)? {
+                Val::Stack(s) => {
+                    s.borrow().last().cloned().ok_or_else(|| internal("peek at an empty stack"))?
+                }
+                _ => return Err(internal("stack.peek of a non-stack")),
+            },
             Op::StackPop => match arg(a, 0)? {
                 Val::Stack(s) => s.borrow_mut().pop().ok_or_else(|| internal("pop of an empty stack"))?,
                 _ => return Err(internal("stack.pop of a non-stack")),

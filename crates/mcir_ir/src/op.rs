@@ -218,6 +218,8 @@ pub enum Op {
     StackPush,
     /// `stack.pop`: removes and yields the last value pushed; popping an empty stack is an error.
     StackPop,
+    /// `stack.peek`: the last value pushed, left on the stack; an empty stack is an error.
+    StackPeek,
 
     /// `call @f`: calls a function of the module.
     Call(crate::FuncId),
@@ -521,7 +523,8 @@ impl Op {
             | Op::Axpy
             | Op::MoveAdd
             | Op::StackPush
-            | Op::StackPop => true,
+            | Op::StackPop
+            | Op::StackPeek => true,
         }
     }
 }

@@ -690,6 +690,7 @@ impl Parser {
             "stack.new" => Op::StackNew,
             "stack.push" => Op::StackPush,
             "stack.pop" => Op::StackPop,
+            "stack.peek" => Op::StackPeek,
             m => {
                 let (mapped, base) = match m.strip_prefix("map.") {
                     Some(rest) => (true, rest),

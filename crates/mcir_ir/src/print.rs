@@ -257,5 +257,6 @@ pub(crate) fn op_head(types: &TypeTable, op: &Op) -> String {
         Op::StackNew => "stack.new".to_string(),
         Op::StackPush => "stack.push".to_string(),
         Op::StackPop => "stack.pop".to_string(),
+        Op::StackPeek => "stack.peek".to_string(),
     }
 }

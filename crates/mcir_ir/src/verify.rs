@@ -452,12 +452,12 @@ impl Verifier<'_> {
                 Some(Type::Stack(_)) => want(&[], result),
                 _ => Err("yields a stack".into()),
             },
-            Op::StackPush | Op::StackPop => {
+            Op::StackPush | Op::StackPop | Op::StackPeek => {
                 let inner = match args.first().and_then(|&a| t.try_get(a)) {
                     Some(Type::Stack(inner)) => *inner,
                     _ => return Err("takes a stack first".into()),
                 };
-                if matches!(d.op, Op::StackPop) {
+                if matches!(d.op, Op::StackPop | Op::StackPeek) {
                     want(&[args[0]], Some(inner))
                 } else {
                     want(&[args[0], inner], None)

@@ -760,7 +760,7 @@ impl FnLower<'_, '_> {
                 self.b.ins().store(flags(), up, st, stack::LEN);
                 None
             }
-            Op::StackPop => {
+            Op::StackPop | Op::StackPeek => {
                 let site = fallible_site(self);
                 let st = args[0];
                 let len = self.b.ins().load(P, flags(), st, stack::LEN);
@@ -768,7 +768,9 @@ impl FnLower<'_, '_> {
                 let z = self.zero();
                 self.check(empty, site, FAIL_EMPTY_STACK, [z, z, z]);
                 let down = self.b.ins().iadd_imm_s(len, -1);
-                self.b.ins().store(flags(), down, st, stack::LEN);
+                if matches!(d.op, Op::StackPop) {
+                    self.b.ins().store(flags(), down, st, stack::LEN);
+                }
                 let data = self.b.ins().load(P, flags(), st, stack::DATA);
                 let off = self.b.ins().imul_imm_s(down, 8);
                 let addr = self.b.ins().iadd(data, off);
