@@ -22,8 +22,8 @@ pub struct Differentiated {
     drivers: HashMap<(FuncId, Vec<bool>), FuncId>,
     probes: HashMap<FuncId, FuncId>,
     engine: crate::Engine,
-    /// Native code of the derived module, with the number of functions it covers.
-    native: Option<(usize, mcir_jit::Jit)>,
+    /// Native code of the derived module, by the function called (with what it calls).
+    native: HashMap<FuncId, mcir_jit::Jit>,
 }
 
 /// What a VJP computes: the function's value and the cotangent of each argument upon
@@ -45,7 +45,7 @@ impl Program {
             drivers: HashMap::new(),
             probes: HashMap::new(),
             engine: self.engine,
-            native: None,
+            native: HashMap::new(),
         })
     }
 
@@ -180,13 +180,13 @@ impl Differentiated {
                 mcir_interp::Interpreter::new(&self.derived.module, limits.clone()).call(func, args.to_vec())
             }
             crate::Engine::Jit => {
-                let n = self.derived.module.funcs.len();
-                if self.native.as_ref().is_none_or(|(m, _)| *m != n) {
-                    let jit = mcir_jit::Jit::compile(&self.derived.module).map_err(crate::native_error)?;
-                    self.native = Some((n, jit));
+                if !self.native.contains_key(&func) {
+                    let jit = mcir_jit::Jit::compile_reachable(&self.derived.module, &[func])
+                        .map_err(crate::native_error)?;
+                    self.native.insert(func, jit);
                 }
-                match &self.native {
-                    Some((_, jit)) => jit.call(func, args, limits),
+                match self.native.get(&func) {
+                    Some(jit) => jit.call(func, args, limits),
                     None => Err(internal_error("no native code")),
                 }
             }

@@ -148,3 +148,59 @@ pub(crate) fn live_out(f: &Function) -> Vec<Vec<Value>> {
     }
     out
 }
+
+/// A loop header whose path need not be recorded: it has one edge from outside the loop
+/// and one back edge, and a parameter that the back edge advances by a non-zero
+/// constant. Coming from outside ⟺ that parameter still holds its initial value.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CountedHeader {
+    /// The header's parameter that counts.
+    pub param: Value,
+    /// Its initial value (the entry edge's argument).
+    pub init: Value,
+    /// Which of the header's incoming edges comes from outside.
+    pub entry_edge: usize,
+}
+
+/// The counted loop headers of `f`, by block index.
+pub(crate) fn counted_headers(f: &Function, edges: &[Vec<Edge>]) -> Vec<Option<CountedHeader>> {
+    let cfg = mcir_ir::cfg::ControlFlow::compute(f);
+    let mut out = vec![None; f.blocks.len()];
+    for (h, data) in f.blocks.iter() {
+        let incoming = &edges[h.index()];
+        if incoming.len() != 2 || data.params.is_empty() {
+            continue;
+        }
+        let back: Vec<bool> = incoming.iter().map(|e| cfg.dominates(h, e.from)).collect();
+        let (entry_edge, back_edge) = match (back[0], back[1]) {
+            (false, true) => (0, 1),
+            (true, false) => (1, 0),
+            _ => continue,
+        };
+        let call = |e: Edge| f.blocks[e.from].term.successors().nth(e.slot).cloned();
+        let (Some(entry), Some(latch)) = (call(incoming[entry_edge]), call(incoming[back_edge])) else {
+            continue;
+        };
+        for (k, &p) in data.params.iter().enumerate() {
+            if f.value_type(p) != mcir_ir::TypeTable::I64 {
+                continue;
+            }
+            let Some(&next) = latch.args.get(k) else { continue };
+            let mcir_ir::ValueDef::Inst(i) = f.values[next].def else { continue };
+            let d = &f.insts[i];
+            let is_const = |v: Value| match f.values[v].def {
+                mcir_ir::ValueDef::Inst(c) => matches!(f.insts[c].op, Op::IConst(n) if n != 0),
+                _ => false,
+            };
+            let steps = matches!(d.op, Op::IBinary(mcir_ir::IBinOp::Add))
+                && ((d.args[0] == p && is_const(d.args[1])) || (d.args[1] == p && is_const(d.args[0])));
+            if steps {
+                if let Some(&init) = entry.args.get(k) {
+                    out[h.index()] = Some(CountedHeader { param: p, init, entry_edge });
+                    break;
+                }
+            }
+        }
+    }
+    out
+}

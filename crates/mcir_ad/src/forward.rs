@@ -103,6 +103,7 @@ pub(crate) fn build_forward(
     fid: FuncId,
     primal: &Function,
     edges: &[Vec<Edge>],
+    counted: &[Option<crate::analysis::CountedHeader>],
 ) -> Result<Forward, AdError> {
     let rule = &ids[fid.index()];
     let (params, ret) = forward_signature(&mut module.types, primal, rule.tape_ty);
@@ -161,7 +162,8 @@ pub(crate) fn build_forward(
             let args = fw.call_args(call)?;
             let dest = fw.block_map[call.block.index()];
             let incoming = &edges[call.block.index()];
-            if incoming.len() <= 1 {
+            // A counted loop header knows where it came from without a record.
+            if incoming.len() <= 1 || counted[call.block.index()].is_some() {
                 return Ok(BlockCall { block: dest, args });
             }
             let k = incoming.iter().position(|e| e.from == b && e.slot == slot).unwrap_or(0);
@@ -280,7 +282,7 @@ fn forward_inst(
     let mut saved = Vec::new();
     // Save what an overwrite destroys, before it happens.
     match &d.op {
-        Op::Store => {
+        Op::Store | Op::TrustedStore => {
             let arr_ty = fw.e.ty(args[0]);
             let elem = types.as_array(arr_ty).map(|(e, _)| TypeTable::scalar(e)).unwrap_or(TypeTable::F64);
             let old = fw.e.val(Op::Load, args[..args.len() - 1].to_vec(), elem);

@@ -140,7 +140,8 @@ fn derive_function(
     let edges = analysis::in_edges(primal);
     let active = analysis::activity(&module.types, primal, options.corrupt.is_some());
     let live = analysis::live_out(primal);
-    let mut fw = forward::build_forward(module, rules, fid, primal, &edges)?;
+    let counted = analysis::counted_headers(primal, &edges);
+    let mut fw = forward::build_forward(module, rules, fid, primal, &edges, &counted)?;
     let (mut rev, slots, pushes, path_slot, rev_order) = {
         let mut rv = reverse::Reverse::new(
             fid,
@@ -152,6 +153,7 @@ fn derive_function(
             &live,
             options.corrupt.clone(),
         );
+        rv.counted = counted;
         rv.build_all(&edges)?;
         let path = rv.path_slot();
         let slots: Vec<(Option<mcir_ir::Value>, TypeId, String, bool)> =

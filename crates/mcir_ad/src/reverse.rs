@@ -73,6 +73,8 @@ pub(crate) struct Reverse<'a> {
     last_write_before_current: Option<usize>,
     reloaded: HashMap<Value, Value>,
     pub order: Vec<Block>,
+    /// Loop headers whose incoming edge is known from a counter.
+    pub counted: Vec<Option<crate::analysis::CountedHeader>>,
 }
 
 fn adjoint_name(name: &Option<String>) -> Option<String> {
@@ -195,6 +197,7 @@ impl<'a> Reverse<'a> {
             last_write_before_current: None,
             reloaded: HashMap::new(),
             order: vec![entry],
+            counted: Vec::new(),
         }
     }
 
@@ -316,7 +319,7 @@ impl<'a> Reverse<'a> {
     /// undone everything after that instruction, so memory is as the load saw it.
     fn reload(&mut self, primal_v: Value) -> Result<Option<Value>, AdError> {
         let mcir_ir::ValueDef::Inst(load) = self.primal.values[primal_v].def else { return Ok(None) };
-        if !matches!(self.primal.insts[load].op, Op::Load) {
+        if !matches!(self.primal.insts[load].op, Op::Load | Op::TrustedLoad) {
             return Ok(None);
         }
         let Some(pos) = self.primal.blocks[self.cur].insts.iter().position(|&i| i == load) else {
@@ -334,7 +337,8 @@ impl<'a> Reverse<'a> {
             ops.push(self.fwdv(a)?);
         }
         let ty = self.primal.value_type(primal_v);
-        let v = self.e.val(Op::Load, ops, ty);
+        // The forward pass checked these indices on this very array.
+        let v = self.e.val(Op::TrustedLoad, ops, ty);
         self.e.func.values[v].name = self.fw.e.func.values[self.fw.fwd(primal_v)?].name.clone();
         self.reloaded.insert(primal_v, v);
         Ok(Some(v))
@@ -446,11 +450,13 @@ impl<'a> Reverse<'a> {
         self.e.eff(Op::Axpy, vec![shadow, alpha, x]);
     }
 
+    /// `shadow[idx] += g`, at indices the forward pass checked on the primal array (a
+    /// shadow has its array's shape).
     fn acc_element(&mut self, shadow: Value, idx: Vec<Value>, g: Value) {
         let g = self.corrupt(g);
-        let old = self.e.val(Op::Load, [vec![shadow], idx.clone()].concat(), TypeTable::F64);
+        let old = self.e.val(Op::TrustedLoad, [vec![shadow], idx.clone()].concat(), TypeTable::F64);
         let new = self.e.add(old, g);
-        self.e.eff(Op::Store, [vec![shadow], idx, vec![new]].concat());
+        self.e.eff(Op::TrustedStore, [vec![shadow], idx, vec![new]].concat());
     }
 
     /// Sends an array-shaped contribution `t` to an operand of an elementwise op: into its
@@ -592,8 +598,22 @@ impl<'a> Reverse<'a> {
             self.e.func.set_terminator(self.e.block, Terminator::Jump(t), data.term_span);
             return Ok(());
         }
-        let stack = self.path_stack();
-        let k = self.e.val(Op::StackPop, vec![stack], TypeTable::I64);
+        let k = match self.counted.get(b.index()).copied().flatten() {
+            Some(c) => {
+                // Back at the header's first visit exactly when the counter holds its
+                // initial value.
+                let p = self.fwdv(c.param)?;
+                let p0 = self.fwdv(c.init)?;
+                let first = self.e.val(Op::ICmp(CmpOp::Eq), vec![p, p0], TypeTable::BOOL);
+                let entry = self.e.iconst(c.entry_edge as i64);
+                let back = self.e.iconst(1 - c.entry_edge as i64);
+                self.e.val(Op::Select, vec![first, entry, back], TypeTable::I64)
+            }
+            None => {
+                let stack = self.path_stack();
+                self.e.val(Op::StackPop, vec![stack], TypeTable::I64)
+            }
+        };
         self.e.name(k, Some("from".to_string()));
         let mut targets = Vec::new();
         for &edge in edges {
@@ -744,7 +764,7 @@ impl<'a> Reverse<'a> {
                     self.contribute(x, 0, t);
                 }
             }
-            Op::Load => {
+            Op::Load | Op::TrustedLoad => {
                 if let Some(g) = g0 {
                     if has_tangent(self.types, primal.value_type(a[0])) {
                         let s = self.shadow(a[0])?;
@@ -753,21 +773,21 @@ impl<'a> Reverse<'a> {
                     }
                 }
             }
-            Op::Store => {
+            Op::Store | Op::TrustedStore => {
                 let idx = a[1..a.len() - 1].iter().map(|&i| self.fwdv(i)).collect::<Result<Vec<_>, _>>()?;
                 if has_tangent(self.types, primal.value_type(a[0])) {
                     let s = self.shadow(a[0])?;
                     let v = a[a.len() - 1];
                     if self.is_active(v) {
-                        let t = self.e.val(Op::Load, [vec![s], idx.clone()].concat(), TypeTable::F64);
+                        let t = self.e.val(Op::TrustedLoad, [vec![s], idx.clone()].concat(), TypeTable::F64);
                         self.contribute(v, 0, t);
                     }
                     let z = self.zero();
-                    self.e.eff(Op::Store, [vec![s], idx.clone(), vec![z]].concat());
+                    self.e.eff(Op::TrustedStore, [vec![s], idx.clone(), vec![z]].concat());
                 }
                 let arr = self.fwdv(a[0])?;
                 let old = self.saved(inst, 0)?;
-                self.e.eff(Op::Store, [vec![arr], idx, vec![old]].concat());
+                self.e.eff(Op::TrustedStore, [vec![arr], idx, vec![old]].concat());
             }
             Op::ArrayCopy => {
                 let r = self.result(inst)?;
@@ -1287,6 +1307,7 @@ fn writes_memory(op: &Op) -> bool {
     matches!(
         op,
         Op::Store
+            | Op::TrustedStore
             | Op::CopyInto
             | Op::AddInto
             | Op::Axpy

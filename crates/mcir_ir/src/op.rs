@@ -160,6 +160,11 @@ pub enum Op {
     Load,
     /// `store`: `(array, i0, .., iR-1, value)`, bounds-checked; no result.
     Store,
+    /// `load.trusted`: a load whose indices are known to be in bounds — derived reverse
+    /// passes use it at indices the forward pass checked on an array of the same shape.
+    TrustedLoad,
+    /// `store.trusted`: a store whose indices are known to be in bounds.
+    TrustedStore,
     /// `array.copy`: a fresh copy of an array (element values).
     ArrayCopy,
     /// `array.copy_into`: `(dst, src)` copies the elements of `src` into `dst`; shapes must match.
@@ -524,7 +529,9 @@ impl Op {
             | Op::MoveAdd
             | Op::StackPush
             | Op::StackPop
-            | Op::StackPeek => true,
+            | Op::StackPeek
+            | Op::TrustedLoad
+            | Op::TrustedStore => true,
         }
     }
 }

@@ -613,8 +613,9 @@ impl Parser {
                 let args = self.value_list(f, scope, ")")?;
                 return Ok((Op::Call(fid), args));
             }
-            if w == "load" || w == "store" {
-                let is_store = w == "store";
+            if w == "load" || w == "store" || w == "load.trusted" || w == "store.trusted" {
+                let is_store = w.starts_with("store");
+                let trusted = w.ends_with(".trusted");
                 self.pos += 1;
                 let mut args = vec![self.value_use(f, scope)?];
                 self.expect("[")?;
@@ -622,9 +623,9 @@ impl Parser {
                 if is_store {
                     self.expect(",")?;
                     args.push(self.value_use(f, scope)?);
-                    return Ok((Op::Store, args));
+                    return Ok((if trusted { Op::TrustedStore } else { Op::Store }, args));
                 }
-                return Ok((Op::Load, args));
+                return Ok((if trusted { Op::TrustedLoad } else { Op::Load }, args));
             }
         }
         let mnemonic = self.word()?;

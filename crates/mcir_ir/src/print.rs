@@ -149,13 +149,16 @@ impl<'a> Printer<'a> {
         };
         let args = &data.args;
         let rhs = match &data.op {
-            Op::Load => match args.split_first() {
-                Some((a, idx)) => format!("load {}[{}]", self.value(*a), self.values(idx)),
+            Op::Load | Op::TrustedLoad => match args.split_first() {
+                Some((a, idx)) => {
+                    format!("{} {}[{}]", op_head(self.types, &data.op), self.value(*a), self.values(idx))
+                }
                 None => "load".to_string(),
             },
-            Op::Store => match (args.first(), args.last()) {
+            Op::Store | Op::TrustedStore => match (args.first(), args.last()) {
                 (Some(a), Some(v)) if args.len() >= 2 => format!(
-                    "store {}[{}], {}",
+                    "{} {}[{}], {}",
+                    op_head(self.types, &data.op),
                     self.value(*a),
                     self.values(&args[1..args.len() - 1]),
                     self.value(*v)
@@ -230,6 +233,8 @@ pub(crate) fn op_head(types: &TypeTable, op: &Op) -> String {
         Op::ArrayDim(d) => format!("array.dim {d}"),
         Op::Load => "load".to_string(),
         Op::Store => "store".to_string(),
+        Op::TrustedLoad => "load.trusted".to_string(),
+        Op::TrustedStore => "store.trusted".to_string(),
         Op::ArrayCopy => "array.copy".to_string(),
         Op::CopyInto => "array.copy_into".to_string(),
         Op::Sum => "array.sum".to_string(),

@@ -295,11 +295,11 @@ impl Verifier<'_> {
                 }
                 self.result_is(result, Some(i64_))
             }
-            Op::Load | Op::Store => {
+            Op::Load | Op::Store | Op::TrustedLoad | Op::TrustedStore => {
                 let (elem, rank) = array_of(0).ok_or("takes an array first")?;
                 let mut expected = vec![args[0]];
                 expected.extend(std::iter::repeat_n(i64_, rank as usize));
-                if matches!(d.op, Op::Load) {
+                if matches!(d.op, Op::Load | Op::TrustedLoad) {
                     want(&expected, Some(TypeTable::scalar(elem)))
                 } else {
                     expected.push(TypeTable::scalar(elem));

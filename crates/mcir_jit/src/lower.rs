@@ -335,13 +335,21 @@ impl FnLower<'_, '_> {
     }
 
     /// The address of element `idx` of array `a`, after checking every index.
-    fn element_addr(&mut self, a: CValue, idx: &[CValue], elem_bytes: i64, site: i64) -> CValue {
+    /// The address of element `idx` of array `a`; with a site, every index is checked.
+    fn element_addr(&mut self, a: CValue, idx: &[CValue], elem_bytes: i64, site: Option<i64>) -> CValue {
         let mut flat: Option<CValue> = None;
         for (d, &i) in idx.iter().enumerate() {
-            let ext = self.b.ins().load(P, flags(), a, array::DIMS + 8 * d as i32);
-            let bad = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, i, ext);
-            let dim = self.b.ins().iconst(P, d as i64);
-            self.check(bad, site, FAIL_INDEX, [i, dim, ext]);
+            // The innermost extent is needed only for the check.
+            let ext = if site.is_some() || d > 0 {
+                self.b.ins().load(P, flags(), a, array::DIMS + 8 * d as i32)
+            } else {
+                i
+            };
+            if let Some(site) = site {
+                let bad = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, i, ext);
+                let dim = self.b.ins().iconst(P, d as i64);
+                self.check(bad, site, FAIL_INDEX, [i, dim, ext]);
+            }
             flat = Some(match flat {
                 None => i,
                 Some(prev) => {
@@ -555,12 +563,14 @@ impl FnLower<'_, '_> {
                 Some(hdr)
             }
             Op::ArrayDim(dim) => Some(self.b.ins().load(P, flags(), args[0], array::DIMS + 8 * *dim as i32)),
-            Op::Load | Op::Store => {
-                let site = fallible_site(self);
+            Op::Load | Op::Store | Op::TrustedLoad | Op::TrustedStore => {
+                let trusted = matches!(d.op, Op::TrustedLoad | Op::TrustedStore);
+                let site = if trusted { None } else { Some(fallible_site(self)) };
                 let (_, et, bytes) = Self::elem_kind(types, arg_ty(0));
-                let n_idx = if matches!(d.op, Op::Load) { args.len() - 1 } else { args.len() - 2 };
+                let is_load = matches!(d.op, Op::Load | Op::TrustedLoad);
+                let n_idx = if is_load { args.len() - 1 } else { args.len() - 2 };
                 let addr = self.element_addr(args[0], &args[1..1 + n_idx], bytes, site);
-                if matches!(d.op, Op::Load) {
+                if is_load {
                     Some(self.b.ins().load(et, flags(), addr, 0))
                 } else {
                     self.b.ins().store(flags(), args[args.len() - 1], addr, 0);
