@@ -195,6 +195,7 @@ fn compile_module(text: &str) -> Result<Module, Vec<mcir_syntax::Diagnostic>> {
     let ids: Vec<FuncId> = module.funcs.keys().collect();
     for id in ids {
         module.funcs[id] = module.funcs[id].simplify_cfg();
+        module.funcs[id].trust_proven_indices();
     }
     if let Err(e) = mcir_ir::verify_module(&module) {
         return Err(vec![mcir_syntax::Diagnostic::error(

@@ -285,7 +285,8 @@ fn forward_inst(
         Op::Store | Op::TrustedStore => {
             let arr_ty = fw.e.ty(args[0]);
             let elem = types.as_array(arr_ty).map(|(e, _)| TypeTable::scalar(e)).unwrap_or(TypeTable::F64);
-            let old = fw.e.val(Op::Load, args[..args.len() - 1].to_vec(), elem);
+            let load = if d.op == Op::TrustedStore { Op::TrustedLoad } else { Op::Load };
+            let old = fw.e.val(load, args[..args.len() - 1].to_vec(), elem);
             let target = primal.values[d.args[0]].name.clone().unwrap_or_else(|| "elem".into());
             saved.push(fw.e.name(old, Some(format!("old_{target}"))));
         }

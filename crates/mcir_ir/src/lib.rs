@@ -6,6 +6,7 @@
 
 #![deny(missing_docs)]
 
+pub mod bounds;
 pub mod builder;
 pub mod cfg;
 pub mod compact;

@@ -251,6 +251,10 @@ impl Jit {
                 l.lower(id, &mut ctx.func, &mut fctx)
                     .map_err(|e| JitError(format!("@{}: {e}", module.funcs[id].name)))?;
             }
+            let dump = std::env::var_os("MCIR_JIT_DUMP").is_some();
+            if dump {
+                ctx.set_disasm(true);
+            }
             if let Err(e) = jit.define_function(funcs[id.index()], &mut ctx) {
                 let detail = match e {
                     cranelift_module::ModuleError::Compilation(c) => {
@@ -259,6 +263,12 @@ impl Jit {
                     other => other.to_string(),
                 };
                 return Err(JitError(format!("@{}: {detail}", module.funcs[id].name)));
+            }
+            // A debugging aid: `MCIR_JIT_DUMP=1` prints each function's machine code.
+            if dump {
+                if let Some(code) = ctx.compiled_code().and_then(|c| c.vcode.clone()) {
+                    eprintln!("; @{}\n{code}", module.funcs[id].name);
+                }
             }
             jit.clear_context(&mut ctx);
             // The trampoline: unpack arguments from 8-byte slots, call, store the result.

@@ -84,6 +84,12 @@ fn flags() -> MemFlagsData {
     MemFlagsData::trusted()
 }
 
+/// An array header never changes once made (contents do, the data pointer and extents
+/// do not), so loads from it may be hoisted out of loops and merged.
+fn header_flags() -> MemFlagsData {
+    MemFlagsData::trusted().with_readonly().with_can_move()
+}
+
 /// Where each check and fallible call is in the source, by site number.
 pub(crate) type Sites = Vec<(String, Span)>;
 
@@ -341,7 +347,7 @@ impl FnLower<'_, '_> {
         for (d, &i) in idx.iter().enumerate() {
             // The innermost extent is needed only for the check.
             let ext = if site.is_some() || d > 0 {
-                self.b.ins().load(P, flags(), a, array::DIMS + 8 * d as i32)
+                self.b.ins().load(P, header_flags(), a, array::DIMS + 8 * d as i32)
             } else {
                 i
             };
@@ -359,7 +365,7 @@ impl FnLower<'_, '_> {
             });
         }
         let flat = flat.unwrap_or_else(|| self.b.ins().iconst(P, 0));
-        let data = self.b.ins().load(P, flags(), a, array::DATA);
+        let data = self.b.ins().load(P, header_flags(), a, array::DATA);
         let off = if elem_bytes == 1 { flat } else { self.b.ins().imul_imm_s(flat, elem_bytes) };
         self.b.ins().iadd(data, off)
     }
@@ -562,7 +568,9 @@ impl FnLower<'_, '_> {
                 }
                 Some(hdr)
             }
-            Op::ArrayDim(dim) => Some(self.b.ins().load(P, flags(), args[0], array::DIMS + 8 * *dim as i32)),
+            Op::ArrayDim(dim) => {
+                Some(self.b.ins().load(P, header_flags(), args[0], array::DIMS + 8 * *dim as i32))
+            }
             Op::Load | Op::Store | Op::TrustedLoad | Op::TrustedStore => {
                 let trusted = matches!(d.op, Op::TrustedLoad | Op::TrustedStore);
                 let site = if trusted { None } else { Some(fallible_site(self)) };
