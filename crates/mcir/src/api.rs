@@ -285,6 +285,11 @@ pub struct Prepared<'p> {
 }
 
 impl Prepared<'_> {
+    /// Bytes of memory the handle keeps for reuse between calls.
+    pub fn workspace_bytes(&self) -> usize {
+        self.workspace.capacity_bytes() + self.grad_workspace.capacity_bytes()
+    }
+
     /// Derives and compiles the gradient now rather than on the first gradient call.
     pub fn compile_gradient(&mut self) -> Result<(), ApiError> {
         if self.gradient.is_none() {
@@ -386,21 +391,9 @@ impl Prepared<'_> {
 }
 
 /// Errors of the slice interface: a mismatch found before the call is an argument error.
-fn raw_error(function: &str, e: RuntimeError) -> ApiError {
-    match &e.kind {
-        mcir_interp::RuntimeErrorKind::Internal(m)
-            if m.starts_with("an argument does not fit") || m.contains("number of arguments") =>
-        {
-            ApiError::Args(format!("{m} (calling `{function}`)"))
-        }
-        mcir_interp::RuntimeErrorKind::ShapeMismatch { .. }
-            if e.function == function && e.span == Default::default() =>
-        {
-            ApiError::Args(format!(
-                "an array's shape does not fit its data (calling `{function}`): {}",
-                e.kind
-            ))
-        }
-        _ => ApiError::Runtime(e),
+fn raw_error(function: &str, e: mcir_jit::CallError) -> ApiError {
+    match e {
+        mcir_jit::CallError::Args(m) => ApiError::Args(format!("{m} (calling `{function}`)")),
+        mcir_jit::CallError::Runtime(r) => ApiError::Runtime(r),
     }
 }

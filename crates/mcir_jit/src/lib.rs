@@ -431,6 +431,21 @@ pub enum RawArg<'a> {
     I64Array(&'a mut [i64], &'a [usize]),
 }
 
+/// Why a call on raw arguments failed.
+#[derive(Clone, Debug)]
+pub enum CallError {
+    /// The arguments do not fit the parameters (nothing ran).
+    Args(String),
+    /// The program failed while running.
+    Runtime(RuntimeError),
+}
+
+impl From<RuntimeError> for CallError {
+    fn from(e: RuntimeError) -> Self {
+        CallError::Runtime(e)
+    }
+}
+
 /// Reads what a call returned, before its memory is reused.
 pub struct RawResult<'w> {
     word: u64,
@@ -481,15 +496,21 @@ impl Jit {
         args: &mut [RawArg<'_>],
         limits: &Limits,
         read: impl FnOnce(&RawResult<'_>) -> T,
-    ) -> Result<T, RuntimeError> {
+    ) -> Result<T, CallError> {
         let c = &*self.inner;
-        let f = c.module.funcs.get(func).ok_or_else(|| internal("no such function"))?;
-        let entry = *c.entries.get(func.index()).ok_or_else(|| internal("no such function"))?;
+        let f = c.module.funcs.get(func).ok_or_else(|| CallError::from(internal("no such function")))?;
+        let entry =
+            *c.entries.get(func.index()).ok_or_else(|| CallError::from(internal("no such function")))?;
         if entry.is_null() {
-            return Err(internal("the function was not compiled"));
+            return Err(internal("the function was not compiled").into());
         }
         if args.len() != f.params.len() {
-            return Err(internal("wrong number of arguments"));
+            return Err(CallError::Args(format!(
+                "`{}` takes {} arguments, {} given",
+                f.name,
+                f.params.len(),
+                args.len()
+            )));
         }
         let mut arena = workspace.arena.take().unwrap_or_else(|| Arena::new(limits.max_alloc_bytes));
         arena.max_alloc_bytes = limits.max_alloc_bytes;
@@ -500,7 +521,8 @@ impl Jit {
             timeout: limits.timeout.unwrap_or_default(),
         };
         let result = (|| {
-            let (bump, bump_end) = rt.arena.first_window().map_err(|kind| fail_at(f, kind))?;
+            let (bump, bump_end) =
+                rt.arena.first_window().map_err(|kind| CallError::Runtime(fail_at(f, kind)))?;
             let here = 0u8;
             let sp = &here as *const u8 as u64;
             let mut ctx = Ctx {
@@ -515,19 +537,25 @@ impl Jit {
             };
             let types = &c.tables.types;
             let mut words = Vec::with_capacity(args.len());
-            for (a, &t) in args.iter_mut().zip(&f.params) {
+            for (k, (a, &t)) in args.iter_mut().zip(&f.params).enumerate() {
                 let want = types.as_array(t);
                 let w = match (a, want) {
                     (RawArg::F64(x), None) if t == TypeTable::F64 => x.to_bits(),
                     (RawArg::I64(x), None) if t == TypeTable::I64 => *x as u64,
                     (RawArg::Bool(x), None) if t == TypeTable::BOOL => *x as u64,
                     (RawArg::F64Array(d, shape), Some((mcir_ir::Scalar::F64, rank))) => {
-                        raw_array(&mut ctx, f, d.as_mut_ptr() as *mut u8, d.len(), shape, rank)?
+                        raw_array(&mut ctx, f, k, d.as_mut_ptr() as *mut u8, d.len(), shape, rank)?
                     }
                     (RawArg::I64Array(d, shape), Some((mcir_ir::Scalar::I64, rank))) => {
-                        raw_array(&mut ctx, f, d.as_mut_ptr() as *mut u8, d.len(), shape, rank)?
+                        raw_array(&mut ctx, f, k, d.as_mut_ptr() as *mut u8, d.len(), shape, rank)?
                     }
-                    _ => return Err(internal(&format!("an argument does not fit {}", types.display(t)))),
+                    _ => {
+                        return Err(CallError::Args(format!(
+                            "argument {k} of `{}` must be a {}",
+                            f.name,
+                            types.display(t)
+                        )))
+                    }
                 };
                 words.push(w);
             }
@@ -543,7 +571,7 @@ impl Jit {
                 let (kind, site) =
                     rt.error.take().unwrap_or((RuntimeErrorKind::Internal("unknown failure".into()), 0));
                 let (function, span) = c.tables.sites.get(site as usize).cloned().unwrap_or_default();
-                return Err(RuntimeError { kind, span, function });
+                return Err(CallError::Runtime(RuntimeError { kind, span, function }));
             }
             Ok(read(&RawResult { word: ret, _workspace: std::marker::PhantomData }))
         })();
@@ -557,19 +585,33 @@ fn fail_at(f: &mcir_ir::Function, kind: RuntimeErrorKind) -> RuntimeError {
     RuntimeError { kind, span: f.span, function: f.name.clone() }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn raw_array(
     ctx: &mut Ctx,
     f: &mcir_ir::Function,
+    k: usize,
     data: *mut u8,
     len: usize,
     shape: &[usize],
     rank: u8,
-) -> Result<u64, RuntimeError> {
+) -> Result<u64, CallError> {
     let count = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
-    if shape.len() != rank as usize || count != Some(len) {
-        return Err(fail_at(f, RuntimeErrorKind::ShapeMismatch { left: shape.to_vec(), right: vec![len] }));
+    if shape.len() != rank as usize {
+        return Err(CallError::Args(format!(
+            "argument {k} of `{}` has rank {rank}, but a shape of {} extents was given",
+            f.name,
+            shape.len()
+        )));
     }
-    runtime::array_header(ctx, data, len, shape).map(|p| p as u64).map_err(|k| fail_at(f, k))
+    if count != Some(len) {
+        return Err(CallError::Args(format!(
+            "argument {k} of `{}`: the shape {shape:?} does not hold {len} elements",
+            f.name
+        )));
+    }
+    runtime::array_header(ctx, data, len, shape)
+        .map(|p| p as u64)
+        .map_err(|kind| CallError::Runtime(fail_at(f, kind)))
 }
 
 /// Calls an entry trampoline; with a time limit, a watchdog thread sets the context's

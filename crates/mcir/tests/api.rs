@@ -1,0 +1,126 @@
+//! The embedding API: calls from several threads on one compiled program, memory that
+//! does not grow over many calls, and wrong arguments reported as errors.
+
+use mcir::{ApiError, Arg, GradSlot, Program, Value};
+
+const SOURCE: &str = "
+fn sumsq(x: f64[]) -> f64 {
+    let mut s = 0.0;
+    for i in 0..len(x) { s += x[i] * x[i]; }
+    return s;
+}
+fn pick(x: f64[], i: i64) -> f64 { return x[i]; }
+fn scale(x: f64[], s: f64) { x *= s; }
+";
+
+#[test]
+fn several_threads_share_one_program() {
+    let program = Program::compile("api.mcir", SOURCE).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let program = &program;
+            s.spawn(move || {
+                let f = program.function("sumsq").unwrap();
+                let mut prepared = f.prepare().unwrap();
+                for k in 0..200 {
+                    let v = (t * 1000 + k) as f64;
+                    let mut x = vec![v, 1.0, 2.0];
+                    let mut g = vec![0.0; 3];
+                    let y = prepared
+                        .value_and_gradient(
+                            &mut [Arg::F64Array(&mut x, &[3])],
+                            &mut [GradSlot::Array(&mut g)],
+                        )
+                        .unwrap();
+                    assert_eq!(y, v * v + 5.0);
+                    assert_eq!(g, vec![2.0 * v, 2.0, 4.0]);
+                    // The value-based interface too.
+                    let (y2, grad) = f.value_and_gradient(&[Value::vector(vec![v, 3.0])]).unwrap();
+                    assert_eq!(y2, v * v + 9.0);
+                    assert_eq!(grad[0].to_f64_vec().unwrap(), vec![2.0 * v, 6.0]);
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn repeated_calls_do_not_grow_memory() {
+    let program = Program::compile("api.mcir", SOURCE).unwrap();
+    let mut prepared = program.function("sumsq").unwrap().prepare().unwrap();
+    let mut x = vec![1.5; 64];
+    let mut g = vec![0.0; 64];
+    let mut call = |prepared: &mut mcir::Prepared<'_>| {
+        prepared
+            .value_and_gradient(&mut [Arg::F64Array(&mut x, &[64])], &mut [GradSlot::Array(&mut g)])
+            .unwrap();
+        prepared.call(&mut [Arg::F64Array(&mut x, &[64])]).unwrap();
+    };
+    for _ in 0..100 {
+        call(&mut prepared);
+    }
+    let held = prepared.workspace_bytes();
+    for _ in 0..100_000 {
+        call(&mut prepared);
+    }
+    assert_eq!(prepared.workspace_bytes(), held, "the workspaces grew over 100 000 calls");
+    assert!(held < 1 << 20, "the workspaces hold {held} bytes");
+}
+
+#[test]
+fn wrong_arguments_are_errors_not_crashes() {
+    let program = Program::compile("api.mcir", SOURCE).unwrap();
+    let pick = program.function("pick").unwrap();
+    // Out of bounds, through values and through slices.
+    match pick.call(&[Value::vector(vec![1.0, 2.0]), Value::I64(5)]) {
+        Err(ApiError::Runtime(e)) => assert!(e.to_string().contains("out of bounds"), "{e}"),
+        other => panic!("expected an out-of-bounds error, got {other:?}"),
+    }
+    let mut prepared = pick.prepare().unwrap();
+    let mut x = vec![1.0, 2.0];
+    match prepared.call(&mut [Arg::F64Array(&mut x, &[2]), Arg::I64(-1)]) {
+        Err(ApiError::Runtime(e)) => assert!(e.to_string().contains("out of bounds"), "{e}"),
+        other => panic!("expected an out-of-bounds error, got {other:?}"),
+    }
+    // A shape that does not fit the data, a wrong rank, a wrong kind, a wrong count.
+    let mut y = vec![1.0, 2.0, 3.0];
+    assert!(matches!(prepared.call(&mut [Arg::F64Array(&mut y, &[2]), Arg::I64(0)]), Err(ApiError::Args(_))));
+    assert!(matches!(
+        prepared.call(&mut [Arg::F64Array(&mut y, &[3, 1]), Arg::I64(0)]),
+        Err(ApiError::Args(_))
+    ));
+    assert!(matches!(prepared.call(&mut [Arg::F64(1.0), Arg::I64(0)]), Err(ApiError::Args(_))));
+    assert!(matches!(prepared.call(&mut [Arg::I64(0)]), Err(ApiError::Args(_))));
+    assert!(matches!(pick.call(&[Value::F64(1.0), Value::I64(0)]), Err(ApiError::Args(_))));
+    assert!(matches!(pick.call(&[]), Err(ApiError::Args(_))));
+    // Gradient slots that do not fit.
+    let mut sq = program.function("sumsq").unwrap().prepare().unwrap();
+    let mut g = vec![0.0; 2];
+    assert!(matches!(
+        sq.value_and_gradient(&mut [Arg::F64Array(&mut y, &[3])], &mut [GradSlot::Array(&mut g)]),
+        Err(ApiError::Args(_))
+    ));
+    // Signatures are checked.
+    assert!(program.function("sumsq").unwrap().expect_signature("fn(f64[]) -> f64").is_ok());
+    assert!(matches!(
+        program.function("sumsq").unwrap().expect_signature("fn(f64) -> f64"),
+        Err(ApiError::Signature { .. })
+    ));
+    assert!(matches!(program.function("nope"), Err(ApiError::NoSuchFunction(_))));
+    assert!(matches!(
+        program.function("scale").unwrap().value_and_gradient(&[Value::vector(vec![1.0]), Value::F64(2.0)]),
+        Err(ApiError::Signature { .. })
+    ));
+}
+
+#[test]
+fn calls_update_arrays_in_place_and_files_compile() {
+    let path = std::env::temp_dir().join(format!("mcir-api-{}.mcir", std::process::id()));
+    std::fs::write(&path, SOURCE).unwrap();
+    let program = Program::compile_file(&path).unwrap();
+    std::fs::remove_file(&path).ok();
+    let x = Value::vector(vec![1.0, 2.0]);
+    program.function("scale").unwrap().call(&[x.clone(), Value::F64(3.0)]).unwrap();
+    assert_eq!(x.to_f64_vec().unwrap(), vec![3.0, 6.0]);
+    assert!(matches!(Program::compile_file("/nonexistent/x.mcir"), Err(ApiError::Io(_))));
+}
