@@ -227,11 +227,16 @@ impl<'p> Function<'p> {
     /// A handle that calls the function and its gradient on Rust slices, compiled once,
     /// with memory kept from call to call. Parameters must be scalars or arrays.
     pub fn prepare(&self) -> Result<Prepared<'p>, ApiError> {
-        let primal = self.program.native().map_err(|e| ApiError::Derive(e.to_string()))?.clone();
+        // One native module holds the function and its gradient: derived modules keep
+        // the primal functions under their ids.
+        let mut d = self.differentiated()?;
+        let driver = d.driver(self.id).map_err(|e| ApiError::Derive(e.to_string()))?;
+        let jit = mcir_jit::Jit::compile_reachable(d.module(), &[driver, self.id])
+            .map_err(|e| ApiError::Derive(e.to_string()))?;
         Ok(Prepared {
             function: self.clone(),
-            primal,
-            gradient: None,
+            primal: jit.clone(),
+            gradient: Some((jit, driver)),
             workspace: mcir_jit::Workspace::new(),
             grad_workspace: mcir_jit::Workspace::new(),
         })

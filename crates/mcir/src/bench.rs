@@ -99,7 +99,6 @@ pub fn bench(
     let fname = program.module.funcs[id].name.clone();
     let function = program.function(&fname)?.with_limits(limits.clone());
     let mut prepared = function.prepare()?;
-    let _ = program.native().map_err(|e| ApiError::Derive(e.to_string()))?;
     let flat: Option<Vec<Owned>> = args.iter().map(owned).collect();
     let returns_f64 = program.module.funcs[id].ret == Some(mcir_ir::TypeTable::F64);
     // Compiling means: source to native code for the function and its gradient.

@@ -165,6 +165,7 @@ impl Jit {
             .map_err(|e| err(&e))?
             .finish(settings::Flags::new(flags))
             .map_err(|e| err(&e))?;
+        let compile_isa = isa.clone();
         let mut jb = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
         let rt_fns = lower::runtime_functions();
         let math = math_functions();
@@ -233,13 +234,18 @@ impl Jit {
                 .map_err(|e| err(&e))?;
             tramps.push((tid, tsig));
         }
+        // Build every function's Cranelift IR (this needs the module), compile them on
+        // all cores (the expensive part needs only the ISA), then define the code.
         let mut sites = Vec::new();
-        let mut ctx = jit.make_context();
         let mut fctx = FunctionBuilderContext::new();
+        let dump = std::env::var_os("MCIR_JIT_DUMP").is_some();
+        let mut work: Vec<(CFuncId, String, cranelift_codegen::Context)> = Vec::new();
         for (id, _) in module.funcs.iter() {
             if !reachable[id.index()] {
                 continue;
             }
+            let f = &module.funcs[id];
+            let mut ctx = jit.make_context();
             {
                 let mut l = lower::Lowering {
                     jit: &mut jit,
@@ -248,31 +254,11 @@ impl Jit {
                     runtime: &runtime,
                     sites: &mut sites,
                 };
-                l.lower(id, &mut ctx.func, &mut fctx)
-                    .map_err(|e| JitError(format!("@{}: {e}", module.funcs[id].name)))?;
+                l.lower(id, &mut ctx.func, &mut fctx).map_err(|e| JitError(format!("@{}: {e}", f.name)))?;
             }
-            let dump = std::env::var_os("MCIR_JIT_DUMP").is_some();
-            if dump {
-                ctx.set_disasm(true);
-            }
-            if let Err(e) = jit.define_function(funcs[id.index()], &mut ctx) {
-                let detail = match e {
-                    cranelift_module::ModuleError::Compilation(c) => {
-                        cranelift_codegen::print_errors::pretty_error(&ctx.func, c)
-                    }
-                    other => other.to_string(),
-                };
-                return Err(JitError(format!("@{}: {detail}", module.funcs[id].name)));
-            }
-            // A debugging aid: `MCIR_JIT_DUMP=1` prints each function's machine code.
-            if dump {
-                if let Some(code) = ctx.compiled_code().and_then(|c| c.vcode.clone()) {
-                    eprintln!("; @{}\n{code}", module.funcs[id].name);
-                }
-            }
-            jit.clear_context(&mut ctx);
+            work.push((funcs[id.index()], f.name.clone(), ctx));
             // The trampoline: unpack arguments from 8-byte slots, call, store the result.
-            let f = &module.funcs[id];
+            let mut ctx = jit.make_context();
             ctx.func.signature = tramps[id.index()].1.clone();
             {
                 let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
@@ -300,8 +286,64 @@ impl Jit {
                 b.seal_all_blocks();
                 b.finalize(jit.target_config());
             }
-            jit.define_function(tramps[id.index()].0, &mut ctx).map_err(|e| err(&e))?;
-            jit.clear_context(&mut ctx);
+            work.push((tramps[id.index()].0, format!("{} (entry)", f.name), ctx));
+        }
+        // Largest first, taken from a shared queue, so the cores finish together.
+        work.sort_by_key(|w| std::cmp::Reverse(w.2.func.dfg.num_insts()));
+        let threads =
+            std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8).min(work.len().max(1));
+        let isa = &*compile_isa;
+        let queue: Vec<std::sync::Mutex<&mut (CFuncId, String, cranelift_codegen::Context)>> =
+            work.iter_mut().map(std::sync::Mutex::new).collect();
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let compile_one = || -> Result<(), JitError> {
+            loop {
+                let k = next.fetch_add(1, Ordering::Relaxed);
+                let Some(item) = queue.get(k) else { return Ok(()) };
+                let mut guard = item.lock().map_err(|_| JitError("a compile thread panicked".into()))?;
+                let (_, name, ctx) = &mut **guard;
+                ctx.set_disasm(dump);
+                let mut plane = cranelift_codegen::control::ControlPlane::default();
+                let failed = ctx.compile(isa, &mut plane).err().map(|e| e.inner);
+                if let Some(e) = failed {
+                    let detail = cranelift_codegen::print_errors::pretty_error(&ctx.func, e);
+                    return Err(JitError(format!("@{name}: {detail}")));
+                }
+            }
+        };
+        let results: Vec<Result<(), JitError>> = std::thread::scope(|s| {
+            let helpers: Vec<_> = (1..threads).map(|_| s.spawn(compile_one)).collect();
+            let mut out = vec![compile_one()];
+            out.extend(
+                helpers
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|_| Err(JitError("a compile thread panicked".into())))),
+            );
+            out
+        });
+        drop(queue);
+        for r in results {
+            r?;
+        }
+        for (id, name, ctx) in &work {
+            let Some(code) = ctx.compiled_code() else {
+                return Err(JitError(format!("@{name} was not compiled")));
+            };
+            if dump {
+                if let Some(v) = &code.vcode {
+                    eprintln!("; @{name}\n{v}");
+                }
+            }
+            let align = (code.buffer.alignment as u64)
+                .max(isa.function_alignment().minimum as u64)
+                .max(isa.symbol_alignment());
+            let relocs: Vec<cranelift_module::ModuleReloc> = code
+                .buffer
+                .relocs()
+                .iter()
+                .map(|r| cranelift_module::ModuleReloc::from_mach_reloc(r, &ctx.func, *id))
+                .collect();
+            jit.define_function_bytes(*id, align, code.code_buffer(), &relocs).map_err(|e| err(&e))?;
         }
         jit.finalize_definitions().map_err(|e| err(&e))?;
         let entries = tramps
