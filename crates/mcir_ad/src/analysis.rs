@@ -204,3 +204,60 @@ pub(crate) fn counted_headers(f: &Function, edges: &[Vec<Edge>]) -> Vec<Option<C
     }
     out
 }
+
+/// A counted loop whose counter the reverse pass recomputes instead of reading from the
+/// tape: inside the loop the counter travels as a parameter of the reverse blocks,
+/// stepping back by `step` along the reversed back edge; each edge leaving the loop
+/// records the counter's value once, for the reverse pass to start from.
+#[derive(Clone, Debug)]
+pub(crate) struct LoopCounter {
+    pub header: Block,
+    pub latch: Block,
+    pub param: Value,
+    pub step: i64,
+    /// The blocks of the loop (the header and every block that reaches the back edge).
+    pub region: Vec<bool>,
+}
+
+/// The loop counters of `f`: counted headers whose loop has no `return` inside.
+pub(crate) fn loop_counters(
+    f: &Function,
+    edges: &[Vec<Edge>],
+    counted: &[Option<CountedHeader>],
+) -> Vec<LoopCounter> {
+    let mut out = Vec::new();
+    for (h, _) in f.blocks.iter() {
+        let Some(c) = counted[h.index()] else { continue };
+        let latch = edges[h.index()][1 - c.entry_edge].from;
+        let Some(call) = f.blocks[latch].term.successors().find(|s| s.block == h).cloned() else { continue };
+        let Some(k) = f.blocks[h].params.iter().position(|&p| p == c.param) else { continue };
+        let Some(&next) = call.args.get(k) else { continue };
+        let mcir_ir::ValueDef::Inst(i) = f.values[next].def else { continue };
+        let d = &f.insts[i];
+        let other = if d.args[0] == c.param { d.args[1] } else { d.args[0] };
+        let step = match f.values[other].def {
+            mcir_ir::ValueDef::Inst(ci) => match f.insts[ci].op {
+                Op::IConst(n) => n,
+                _ => continue,
+            },
+            _ => continue,
+        };
+        let mut region = vec![false; f.blocks.len()];
+        region[h.index()] = true;
+        let mut work = vec![latch];
+        while let Some(b) = work.pop() {
+            if std::mem::replace(&mut region[b.index()], true) {
+                continue;
+            }
+            work.extend(edges[b.index()].iter().map(|e| e.from));
+        }
+        let has_return = f
+            .blocks
+            .iter()
+            .any(|(b, d)| region[b.index()] && matches!(d.term, mcir_ir::Terminator::Return(_)));
+        if !has_return {
+            out.push(LoopCounter { header: h, latch, param: c.param, step, region });
+        }
+    }
+    out
+}

@@ -26,6 +26,8 @@ pub(crate) struct Forward {
     pub saved: HashMap<Inst, Vec<Value>>,
     /// Edge blocks that record which incoming edge of a join was taken: (block, index).
     pub edge_marks: Vec<(Block, usize)>,
+    /// Edge blocks leaving a counted loop, which record its counter: (block, loop, value).
+    pub counter_marks: Vec<(Block, usize, Value)>,
     /// Primal return blocks, in block order.
     pub returns: Vec<Block>,
     /// Layout: each forward block followed by its edge blocks.
@@ -104,6 +106,7 @@ pub(crate) fn build_forward(
     primal: &Function,
     edges: &[Vec<Edge>],
     counted: &[Option<crate::analysis::CountedHeader>],
+    counters: &[crate::analysis::LoopCounter],
 ) -> Result<Forward, AdError> {
     let rule = &ids[fid.index()];
     let (params, ret) = forward_signature(&mut module.types, primal, rule.tape_ty);
@@ -117,6 +120,7 @@ pub(crate) fn build_forward(
         shadows: vec![Vec::new(); nvals],
         saved: HashMap::new(),
         edge_marks: Vec::new(),
+        counter_marks: Vec::new(),
         returns: Vec::new(),
         order: Vec::new(),
     };
@@ -163,13 +167,26 @@ pub(crate) fn build_forward(
             let dest = fw.block_map[call.block.index()];
             let incoming = &edges[call.block.index()];
             // A counted loop header knows where it came from without a record.
-            if incoming.len() <= 1 || counted[call.block.index()].is_some() {
+            let needs_path = incoming.len() > 1 && counted[call.block.index()].is_none();
+            let exits: Vec<usize> = counters
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.region[b.index()] && !c.region[call.block.index()])
+                .map(|(k, _)| k)
+                .collect();
+            if !needs_path && exits.is_empty() {
                 return Ok(BlockCall { block: dest, args });
             }
-            let k = incoming.iter().position(|e| e.from == b && e.slot == slot).unwrap_or(0);
             let eb = fw.e.func.add_block();
             fw.e.func.set_terminator(eb, Terminator::Jump(BlockCall { block: dest, args }), data.term_span);
-            fw.edge_marks.push((eb, k));
+            if needs_path {
+                let k = incoming.iter().position(|e| e.from == b && e.slot == slot).unwrap_or(0);
+                fw.edge_marks.push((eb, k));
+            }
+            for k in exits {
+                let p = fw.fwd(counters[k].param)?;
+                fw.counter_marks.push((eb, k, p));
+            }
             fw.order.push(eb);
             Ok(BlockCall { block: eb, args: Vec::new() })
         };

@@ -141,8 +141,9 @@ fn derive_function(
     let active = analysis::activity(&module.types, primal, options.corrupt.is_some());
     let live = analysis::live_out(primal);
     let counted = analysis::counted_headers(primal, &edges);
-    let mut fw = forward::build_forward(module, rules, fid, primal, &edges, &counted)?;
-    let (mut rev, slots, pushes, path_slot, rev_order) = {
+    let counters = analysis::loop_counters(primal, &edges, &counted);
+    let mut fw = forward::build_forward(module, rules, fid, primal, &edges, &counted, &counters)?;
+    let (mut rev, slots, pushes, path_slot, rev_order, counter_slots) = {
         let mut rv = reverse::Reverse::new(
             fid,
             primal,
@@ -152,13 +153,15 @@ fn derive_function(
             active,
             &live,
             options.corrupt.clone(),
+            counters,
         );
         rv.counted = counted;
         rv.build_all(&edges)?;
         let path = rv.path_slot();
         let slots: Vec<(Option<mcir_ir::Value>, TypeId, String, bool)> =
             rv.slots.iter().map(|s| (s.fwd, s.ty, s.name.clone(), s.direct)).collect();
-        (rv.e.func, slots, rv.pushes, path, rv.order)
+        let counter_slots = rv.counter_slots.clone();
+        (rv.e.func, slots, rv.pushes, path, rv.order, counter_slots)
     };
     // The tape: create the stacks on entry to the forward pass, push what the reverse
     // pass pops at the end of each block, mark edges into joins and the return taken.
@@ -200,6 +203,12 @@ fn derive_function(
             fw.e.block = eb;
             let c = fw.e.iconst(k as i64);
             fw.e.eff(mcir_ir::Op::StackPush, vec![path, c]);
+        }
+    }
+    for (eb, k, value) in fw.counter_marks.clone() {
+        if let Some(Some(slot)) = counter_slots.get(k) {
+            fw.e.block = eb;
+            fw.e.eff(mcir_ir::Op::StackPush, vec![stacks[*slot], value]);
         }
     }
     let returns = fw.returns.clone();

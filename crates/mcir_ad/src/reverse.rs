@@ -75,6 +75,11 @@ pub(crate) struct Reverse<'a> {
     pub order: Vec<Block>,
     /// Loop headers whose incoming edge is known from a counter.
     pub counted: Vec<Option<crate::analysis::CountedHeader>>,
+    /// Loops whose counter the reverse pass recomputes, the counters' values in the
+    /// reverse block being built, and the stacks their exit values are read from.
+    pub counters: Vec<crate::analysis::LoopCounter>,
+    counter_params: HashMap<Value, Value>,
+    pub counter_slots: Vec<Option<usize>>,
 }
 
 fn adjoint_name(name: &Option<String>) -> Option<String> {
@@ -113,6 +118,7 @@ impl<'a> Reverse<'a> {
         active: Vec<bool>,
         live_out: &[Vec<Value>],
         corrupt: Option<String>,
+        counters: Vec<crate::analysis::LoopCounter>,
     ) -> Reverse<'a> {
         let rule = &ids[fid.index()];
         let (params, ret) = reverse_signature(types, primal, rule.tape_ty);
@@ -144,6 +150,10 @@ impl<'a> Reverse<'a> {
             let rb = e.func.add_block();
             for &(v, _) in &adj_in[b.index()] {
                 e.func.add_block_param(rb, TypeTable::F64, adjoint_name(&primal.values[v].name));
+            }
+            // The counters of the loops the block is in.
+            for c in counters.iter().filter(|c| c.region[b.index()]) {
+                e.func.add_block_param(rb, TypeTable::I64, primal.values[c.param].name.clone());
             }
             rblock[b.index()] = rb;
         }
@@ -198,6 +208,9 @@ impl<'a> Reverse<'a> {
             reloaded: HashMap::new(),
             order: vec![entry],
             counted: Vec::new(),
+            counter_params: HashMap::new(),
+            counter_slots: vec![None; counters.len()],
+            counters,
         }
     }
 
@@ -306,6 +319,9 @@ impl<'a> Reverse<'a> {
     }
 
     fn fwdv(&mut self, primal_v: Value) -> Result<Value, AdError> {
+        if let Some(&v) = self.counter_params.get(&primal_v) {
+            return Ok(v);
+        }
         if let Some(v) = self.reload(primal_v)? {
             return Ok(v);
         }
@@ -562,6 +578,13 @@ impl<'a> Reverse<'a> {
         for (&key, &p) in self.adj_in[b.index()].iter().zip(&params) {
             self.adj.insert(key, p);
         }
+        self.counter_params.clear();
+        let n_adj = self.adj_in[b.index()].len();
+        for (k, c) in (n_adj..).zip(self.counters.iter().filter(|c| c.region[b.index()])) {
+            if let Some(&p) = params.get(k) {
+                self.counter_params.insert(c.param, p);
+            }
+        }
         let data = &primal.blocks[b];
         self.reloaded.clear();
         for (pos, &inst) in data.insts.iter().enumerate().rev() {
@@ -662,6 +685,41 @@ impl<'a> Reverse<'a> {
                 Some(x) => x,
                 None => self.zero(),
             });
+        }
+        // Counters of the loops the source block is in: the same value inside one
+        // iteration, one step back along the back edge, and read from the tape when the
+        // edge left the loop.
+        for k in 0..self.counters.len() {
+            let c = &self.counters[k];
+            if !c.region[edge.from.index()] {
+                continue;
+            }
+            let (param, step, header, latch) = (c.param, c.step, c.header, c.latch);
+            let value = if c.region[b.index()] {
+                let here = *self
+                    .counter_params
+                    .get(&param)
+                    .ok_or_else(|| self.err("a counter is missing".into()))?;
+                if b == header && edge.from == latch {
+                    let s = self.e.iconst(step);
+                    self.e.val(Op::IBinary(mcir_ir::IBinOp::Sub), vec![here, s], TypeTable::I64)
+                } else {
+                    here
+                }
+            } else {
+                let slot = match self.counter_slots[k] {
+                    Some(s) => s,
+                    None => {
+                        let name = self.primal.values[param].name.clone().unwrap_or_else(|| "counter".into());
+                        let s = self.new_slot(None, TypeTable::I64, format!("{name}_exit"), false);
+                        self.counter_slots[k] = Some(s);
+                        s
+                    }
+                };
+                let stack = self.slots[slot].rev_stack;
+                self.e.val(Op::StackPop, vec![stack], TypeTable::I64)
+            };
+            args.push(value);
         }
         Ok(BlockCall { block: self.rblock[edge.from.index()], args })
     }
