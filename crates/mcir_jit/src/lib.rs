@@ -209,6 +209,32 @@ impl Jit {
             let id = jit.declare_function(name, Linkage::Import, &sig).map_err(|e| err(&e))?;
             runtime.insert(name, id);
         }
+        // Slow paths taken rarely from hot code (a new arena window, a bigger stack) go
+        // through helpers that preserve every register, so that values live across them
+        // (a loop's accumulator) need not leave their registers.
+        for (helper, target) in [("alloc_refill", "mc_refill"), ("stack_grow", "mc_stack_grow")] {
+            let mut rsig = jit.make_signature();
+            rsig.call_conv = cranelift_codegen::isa::CallConv::PreserveAll;
+            for _ in 0..3 {
+                rsig.params.push(AbiParam::new(types::I64));
+            }
+            let id = jit.declare_function(helper, Linkage::Local, &rsig).map_err(|e| err(&e))?;
+            let mut ctx = jit.make_context();
+            ctx.func.signature = rsig.clone();
+            let mut fctx = FunctionBuilderContext::new();
+            let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
+            let blk = b.create_block();
+            b.append_block_params_for_function_params(blk);
+            b.switch_to_block(blk);
+            let ps = b.block_params(blk).to_vec();
+            let callee = jit.declare_func_in_func(runtime[target], b.func);
+            b.ins().call(callee, &ps);
+            b.ins().return_(&[]);
+            b.seal_all_blocks();
+            b.finalize(jit.target_config());
+            jit.define_function(id, &mut ctx).map_err(|e| err(&e))?;
+            runtime.insert(helper, id);
+        }
         // Functions and their entry trampolines.
         let mut funcs = Vec::new();
         let mut tramps = Vec::new();

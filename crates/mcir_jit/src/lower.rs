@@ -45,6 +45,7 @@ macro_rules! rtfns {
 rtfns! {
     "mc_fail" => mc_fail as extern "C" fn(_, _, _, _, _, _), [P, P, P, P, P, P] -> None;
     "mc_alloc" => mc_alloc as extern "C" fn(_, _, _) -> _, [P, P, P] -> Some(P);
+    "mc_refill" => mc_refill as extern "C" fn(_, _, _), [P, P, P] -> None;
     "mc_array_new" => mc_array_new as extern "C" fn(_, _, _, _, _, _, _) -> _, [P, P, P, P, P, P, P] -> Some(P);
     "mc_array_fill_f64" => mc_array_fill_f64 as extern "C" fn(_, _, _, _, _, _, _) -> _, [P, P, F, P, P, P, P] -> Some(P);
     "mc_array_fill_i64" => mc_array_fill_i64 as extern "C" fn(_, _, _, _, _, _, _) -> _, [P, P, P, P, P, P, P] -> Some(P);
@@ -390,8 +391,14 @@ impl FnLower<'_, '_> {
         self.b.set_cold_block(slow);
         let s = self.b.ins().iconst(P, site);
         let n = self.b.ins().iconst(P, bytes);
-        let r = self.rt_call_checked("mc_alloc", &[self.ctx, s, n]).unwrap_or(n);
-        self.b.ins().jump(join, &[r.into()]);
+        // A new window through a helper that preserves every register, so values live
+        // across an allocation (a loop's accumulator) need not leave their registers.
+        self.rt_call("alloc_refill", &[self.ctx, s, n]);
+        self.status_check();
+        let p2 = self.b.ins().load(P, flags(), self.ctx, ctx::BUMP);
+        let q2 = self.b.ins().iadd_imm_s(p2, size);
+        self.b.ins().store(flags(), q2, self.ctx, ctx::BUMP);
+        self.b.ins().jump(join, &[p2.into()]);
         self.b.switch_to_block(join);
         out
     }
@@ -763,7 +770,8 @@ impl FnLower<'_, '_> {
                 self.b.switch_to_block(grow);
                 self.b.set_cold_block(grow);
                 let s = self.b.ins().iconst(P, site);
-                self.rt_call_checked("mc_stack_grow", &[self.ctx, s, st]);
+                self.rt_call("stack_grow", &[self.ctx, s, st]);
+                self.status_check();
                 self.b.ins().jump(push, &[]);
                 self.b.switch_to_block(push);
                 let data = self.b.ins().load(P, flags(), st, stack::DATA);

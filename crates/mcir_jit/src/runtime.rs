@@ -175,6 +175,22 @@ pub(crate) extern "C" fn mc_fail(ctx: *mut Ctx, site: i64, code: i64, a: i64, b:
     fail(ctx, site, kind);
 }
 
+/// Makes the context's window hold at least `bytes` more bytes.
+pub(crate) extern "C" fn mc_refill(ctx: *mut Ctx, site: i64, bytes: i64) {
+    guard(ctx, site, || {
+        let bytes = bytes.max(0) as u64;
+        // SAFETY: the context is valid and exclusive for the call.
+        let c = unsafe { &mut *ctx };
+        if bytes > rt(ctx).arena.max_alloc_bytes {
+            return Err(Kind::AllocationTooLarge { bytes, limit: rt(ctx).arena.max_alloc_bytes });
+        }
+        let (start, end) = rt(ctx).arena.next_window(bytes.div_ceil(8).max(1) * 8)?;
+        c.bump = start;
+        c.bump_end = end;
+        Ok(())
+    })
+}
+
 pub(crate) extern "C" fn mc_alloc(ctx: *mut Ctx, site: i64, bytes: i64) -> *mut u8 {
     guard(ctx, site, || Ok(Ptr(alloc(ctx, bytes.max(0) as u64, true)?))).0
 }
