@@ -70,16 +70,24 @@ fn is_extent(f: &Function, bound: Value, a: Value, dim: usize) -> bool {
     defining(f, a).is_some_and(|d| matches!(d.op, Op::ArrayFill) && d.args.get(1 + dim) == Some(&bound))
 }
 
+/// What the counted loops of a function prove about its instructions.
+#[derive(Clone, Debug, Default)]
+pub struct Proofs {
+    /// For each load and store with a proven index, which of its indices are in bounds.
+    pub in_bounds: std::collections::HashMap<Inst, Vec<bool>>,
+    /// Additions `p + 1` of a counter tested `p < bound`: they cannot overflow.
+    pub no_overflow: std::collections::HashSet<Inst>,
+}
+
 impl Function {
-    /// Turns every load and store whose indices are all provably in bounds into its
-    /// trusted form. Returns how many were changed.
-    pub fn trust_proven_indices(&mut self) -> usize {
+    /// What the counted loops prove: indices in bounds, counter steps without overflow.
+    pub fn proofs(&self) -> Proofs {
         let cfg = ControlFlow::compute(self);
         let facts = facts(self, &cfg);
+        let mut out = Proofs::default();
         if facts.is_empty() {
-            return 0;
+            return out;
         }
-        let mut changes = Vec::new();
         for (b, data) in self.blocks.iter() {
             let valid: Vec<&Fact> = facts.iter().filter(|fa| cfg.dominates(fa.body, b)).collect();
             if valid.is_empty() {
@@ -88,18 +96,45 @@ impl Function {
             for &inst in &data.insts {
                 let d = &self.insts[inst];
                 let n_idx = match d.op {
-                    Op::Load => d.args.len().saturating_sub(1),
-                    Op::Store => d.args.len().saturating_sub(2),
+                    Op::Load | Op::TrustedLoad => d.args.len().saturating_sub(1),
+                    Op::Store | Op::TrustedStore => d.args.len().saturating_sub(2),
+                    Op::IBinary(IBinOp::Add) => {
+                        let steps = |p: Value, c: Value| {
+                            const_of(self, c) == Some(1) && valid.iter().any(|fa| fa.index == p)
+                        };
+                        if steps(d.args[0], d.args[1]) || steps(d.args[1], d.args[0]) {
+                            out.no_overflow.insert(inst);
+                        }
+                        continue;
+                    }
                     _ => continue,
                 };
                 let a = d.args[0];
-                let proven = (0..n_idx).all(|dim| {
-                    let idx = d.args[1 + dim];
-                    valid.iter().any(|fa| fa.index == idx && is_extent(self, fa.bound, a, dim))
-                });
-                if proven && n_idx > 0 {
-                    changes.push(inst);
+                let dims: Vec<bool> = (0..n_idx)
+                    .map(|dim| {
+                        let idx = d.args[1 + dim];
+                        valid.iter().any(|fa| fa.index == idx && is_extent(self, fa.bound, a, dim))
+                    })
+                    .collect();
+                if dims.iter().any(|&x| x) {
+                    out.in_bounds.insert(inst, dims);
                 }
+            }
+        }
+        out
+    }
+
+    /// Turns every load and store whose indices are all provably in bounds into its
+    /// trusted form. Returns how many were changed.
+    pub fn trust_proven_indices(&mut self) -> usize {
+        let proofs = self.proofs();
+        let mut changes = Vec::new();
+        for (&inst, dims) in &proofs.in_bounds {
+            if !dims.is_empty()
+                && dims.iter().all(|&x| x)
+                && matches!(self.insts[inst].op, Op::Load | Op::Store)
+            {
+                changes.push(inst);
             }
         }
         for &inst in &changes {

@@ -125,6 +125,7 @@ struct FnLower<'a, 'b> {
     vals: Vec<Option<CValue>>,
     blocks: Vec<CBlock>,
     refs: HashMap<CFuncId, FuncRef>,
+    proofs: mcir_ir::bounds::Proofs,
 }
 
 impl<'a> Lowering<'a> {
@@ -149,6 +150,7 @@ impl<'a> Lowering<'a> {
             vals: vec![None; f.values.len()],
             blocks: Vec::new(),
             refs: HashMap::new(),
+            proofs: f.proofs(),
         };
         fl.run()?;
         fl.b.finalize(target);
@@ -342,17 +344,26 @@ impl FnLower<'_, '_> {
     }
 
     /// The address of element `idx` of array `a`, after checking every index.
-    /// The address of element `idx` of array `a`; with a site, every index is checked.
-    fn element_addr(&mut self, a: CValue, idx: &[CValue], elem_bytes: i64, site: Option<i64>) -> CValue {
+    /// The address of element `idx` of array `a`; with a site, every index not proven in
+    /// bounds (`proven`) is checked.
+    fn element_addr(
+        &mut self,
+        a: CValue,
+        idx: &[CValue],
+        elem_bytes: i64,
+        site: Option<i64>,
+        proven: &[bool],
+    ) -> CValue {
         let mut flat: Option<CValue> = None;
         for (d, &i) in idx.iter().enumerate() {
+            let check = site.filter(|_| !proven.get(d).copied().unwrap_or(false));
             // The innermost extent is needed only for the check.
-            let ext = if site.is_some() || d > 0 {
+            let ext = if check.is_some() || d > 0 {
                 self.b.ins().load(P, header_flags(), a, array::DIMS + 8 * d as i32)
             } else {
                 i
             };
-            if let Some(site) = site {
+            if let Some(site) = check {
                 let bad = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, i, ext);
                 let dim = self.b.ins().iconst(P, d as i64);
                 self.check(bad, site, FAIL_INDEX, [i, dim, ext]);
@@ -471,6 +482,7 @@ impl FnLower<'_, '_> {
                 let z = self.zero();
                 let (a, b) = (args[0], args[1]);
                 Some(match op {
+                    IBinOp::Add if self.proofs.no_overflow.contains(&inst) => self.b.ins().iadd(a, b),
                     IBinOp::Add | IBinOp::Sub | IBinOp::Mul => {
                         let (r, of) = match op {
                             IBinOp::Add => self.b.ins().sadd_overflow(a, b),
@@ -584,7 +596,8 @@ impl FnLower<'_, '_> {
                 let (_, et, bytes) = Self::elem_kind(types, arg_ty(0));
                 let is_load = matches!(d.op, Op::Load | Op::TrustedLoad);
                 let n_idx = if is_load { args.len() - 1 } else { args.len() - 2 };
-                let addr = self.element_addr(args[0], &args[1..1 + n_idx], bytes, site);
+                let proven = self.proofs.in_bounds.get(&inst).cloned().unwrap_or_default();
+                let addr = self.element_addr(args[0], &args[1..1 + n_idx], bytes, site, &proven);
                 if is_load {
                     Some(self.b.ins().load(et, flags(), addr, 0))
                 } else {

@@ -109,7 +109,14 @@ fn same_shape(a: ArrayRef, b: ArrayRef) -> Result<(), Kind> {
 }
 
 /// Allocates an array of the given element kind and shape (zeroed).
-pub(crate) fn new_array(ctx: *mut Ctx, elem: i64, shape: &[usize]) -> Result<ArrayRef, Kind> {
+/// A new array; its elements are left as they are (every caller writes them all)
+/// unless `zeroed`.
+pub(crate) fn new_array_with(
+    ctx: *mut Ctx,
+    elem: i64,
+    shape: &[usize],
+    zeroed: bool,
+) -> Result<ArrayRef, Kind> {
     let count = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).unwrap_or(usize::MAX);
     let elem_bytes: u64 = if elem == ELEM_BOOL { 1 } else { 8 };
     let limit_bytes = (count as u64).saturating_mul(8);
@@ -118,7 +125,7 @@ pub(crate) fn new_array(ctx: *mut Ctx, elem: i64, shape: &[usize]) -> Result<Arr
         return Err(Kind::AllocationTooLarge { bytes: limit_bytes, limit: max });
     }
     let header = alloc(ctx, array::HEADER_BYTES as u64, false)?;
-    let data = alloc(ctx, (count as u64).saturating_mul(elem_bytes), true)?;
+    let data = alloc(ctx, (count as u64).saturating_mul(elem_bytes), zeroed)?;
     // SAFETY: `header` is a fresh 48-byte block.
     unsafe {
         let w = header as *mut i64;
@@ -151,6 +158,11 @@ pub(crate) fn array_header(
         }
     }
     Ok(header)
+}
+
+/// A new array whose every element the caller writes.
+pub(crate) fn new_array(ctx: *mut Ctx, elem: i64, shape: &[usize]) -> Result<ArrayRef, Kind> {
+    new_array_with(ctx, elem, shape, false)
 }
 
 fn extents(rank: i64, d0: i64, d1: i64, d2: i64) -> Result<Vec<usize>, Kind> {
@@ -293,7 +305,7 @@ pub(crate) extern "C" fn mc_copy_into(ctx: *mut Ctx, site: i64, elem: i64, dst: 
 }
 
 pub(crate) extern "C" fn mc_zeros_like(ctx: *mut Ctx, site: i64, src: *mut u8) -> *mut u8 {
-    guard(ctx, site, || Ok(Ptr(new_array(ctx, ELEM_F64, &arr(src)?.shape())?.header))).0
+    guard(ctx, site, || Ok(Ptr(new_array_with(ctx, ELEM_F64, &arr(src)?.shape(), true)?.header))).0
 }
 
 pub(crate) extern "C" fn mc_sum_f64(ctx: *mut Ctx, site: i64, a: *mut u8) -> f64 {
