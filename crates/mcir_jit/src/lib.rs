@@ -139,6 +139,12 @@ impl Jit {
     /// Compiles the functions of `module` that `roots` call, directly or not; only they
     /// can be called.
     pub fn compile_reachable(module: &Module, roots: &[FuncId]) -> Result<Jit, JitError> {
+        let mut is_root = vec![false; module.funcs.len()];
+        for r in roots {
+            if let Some(x) = is_root.get_mut(r.index()) {
+                *x = true;
+            }
+        }
         let mut reachable = vec![false; module.funcs.len()];
         let mut todo: Vec<FuncId> = roots.to_vec();
         while let Some(f) = todo.pop() {
@@ -283,6 +289,11 @@ impl Jit {
                 l.lower(id, &mut ctx.func, &mut fctx).map_err(|e| JitError(format!("@{}: {e}", f.name)))?;
             }
             work.push((funcs[id.index()], f.name.clone(), ctx));
+            // Only the roots are called from Rust, so only they get a trampoline (each
+            // compiled function costs a fixed tenth of a millisecond or so).
+            if !is_root[id.index()] {
+                continue;
+            }
             // The trampoline: unpack arguments from 8-byte slots, call, store the result.
             let mut ctx = jit.make_context();
             ctx.func.signature = tramps[id.index()].1.clone();
@@ -330,7 +341,11 @@ impl Jit {
                 let (_, name, ctx) = &mut **guard;
                 ctx.set_disasm(dump);
                 let mut plane = cranelift_codegen::control::ControlPlane::default();
+                let started = std::time::Instant::now();
                 let failed = ctx.compile(isa, &mut plane).err().map(|e| e.inner);
+                if std::env::var_os("MCIR_JIT_TIMES").is_some() {
+                    eprintln!("{name}: {} insts, {:?}", ctx.func.dfg.num_insts(), started.elapsed());
+                }
                 if let Some(e) = failed {
                     let detail = cranelift_codegen::print_errors::pretty_error(&ctx.func, e);
                     return Err(JitError(format!("@{name}: {detail}")));
@@ -374,7 +389,7 @@ impl Jit {
         jit.finalize_definitions().map_err(|e| err(&e))?;
         let entries = tramps
             .iter()
-            .zip(&reachable)
+            .zip(&is_root)
             .map(|((t, _), &r)| if r { jit.get_finalized_function(*t) } else { std::ptr::null() })
             .collect();
         let tables = Box::new(Tables { types: module.types.clone(), sites });
