@@ -139,6 +139,11 @@ fn mlp_data() -> Mlp {
     Mlp { x: vector(&j[0]), w1, b1: vector(&j[2]), w2, b2: vector(&j[4]), t: vector(&j[5]), n }
 }
 
+/// The weight decay term of the MLP's loss.
+fn decay(d: &Mlp) -> f64 {
+    0.0001 * (d.w1.iter().map(|v| v * v).sum::<f64>() + d.w2.iter().map(|v| v * v).sum::<f64>())
+}
+
 fn mlp_primal(d: &Mlp, h: &mut [f64]) -> f64 {
     let n = d.n;
     for i in 0..n {
@@ -151,7 +156,7 @@ fn mlp_primal(d: &Mlp, h: &mut [f64]) -> f64 {
         let e = y - d.t[i];
         loss += e * e;
     }
-    0.5 * loss
+    0.5 * loss + decay(d)
 }
 
 /// Gradients with respect to x, w1, b1, w2, b2, t (in that order).
@@ -183,7 +188,7 @@ fn mlp_gradient(d: &Mlp, g: &mut MlpGrad) -> f64 {
         g.b2[i] = g.dy[i];
         g.t[i] = -g.dy[i];
         for j in 0..n {
-            g.w2[i * n + j] = g.dy[i] * g.h[j];
+            g.w2[i * n + j] = g.dy[i] * g.h[j] + 0.0002 * d.w2[i * n + j];
         }
     }
     for j in 0..n {
@@ -193,13 +198,13 @@ fn mlp_gradient(d: &Mlp, g: &mut MlpGrad) -> f64 {
     for i in 0..n {
         g.b1[i] = g.dz[i];
         for j in 0..n {
-            g.w1[i * n + j] = g.dz[i] * d.x[j];
+            g.w1[i * n + j] = g.dz[i] * d.x[j] + 0.0002 * d.w1[i * n + j];
         }
     }
     for j in 0..n {
         g.x[j] = (0..n).map(|i| d.w1[i * n + j] * g.dz[i]).sum();
     }
-    0.5 * loss
+    0.5 * loss + decay(d)
 }
 
 fn logsumexp_primal(x: &[f64]) -> f64 {

@@ -129,6 +129,29 @@ fn math_functions() -> Vec<(&'static str, *const u8)> {
     ]
 }
 
+/// The host's instruction set with our settings, made once per process (detecting the
+/// CPU's features is not free).
+fn host_isa() -> Result<cranelift_codegen::isa::OwnedTargetIsa, JitError> {
+    static ISA: std::sync::OnceLock<Result<cranelift_codegen::isa::OwnedTargetIsa, JitError>> =
+        std::sync::OnceLock::new();
+    ISA.get_or_init(|| {
+        let err = |e: &dyn std::fmt::Display| JitError(e.to_string());
+        let mut flags = settings::builder();
+        flags.set("opt_level", "speed").map_err(|e| err(&e))?;
+        flags.set("regalloc_algorithm", "backtracking").map_err(|e| err(&e))?;
+        flags.set("is_pic", "false").map_err(|e| err(&e))?;
+        flags.set("use_colocated_libcalls", "false").map_err(|e| err(&e))?;
+        flags
+            .set("enable_verifier", if cfg!(debug_assertions) { "true" } else { "false" })
+            .map_err(|e| err(&e))?;
+        cranelift_native::builder()
+            .map_err(|e| err(&e))?
+            .finish(settings::Flags::new(flags))
+            .map_err(|e| err(&e))
+    })
+    .clone()
+}
+
 impl Jit {
     /// Compiles every function of `module`, which must pass the verifier.
     pub fn compile(module: &Module) -> Result<Jit, JitError> {
@@ -159,18 +182,7 @@ impl Jit {
             }
         }
         let err = |e: &dyn std::fmt::Display| JitError(e.to_string());
-        let mut flags = settings::builder();
-        flags.set("opt_level", "speed").map_err(|e| err(&e))?;
-        flags.set("regalloc_algorithm", "backtracking").map_err(|e| err(&e))?;
-        flags.set("is_pic", "false").map_err(|e| err(&e))?;
-        flags.set("use_colocated_libcalls", "false").map_err(|e| err(&e))?;
-        flags
-            .set("enable_verifier", if cfg!(debug_assertions) { "true" } else { "false" })
-            .map_err(|e| err(&e))?;
-        let isa = cranelift_native::builder()
-            .map_err(|e| err(&e))?
-            .finish(settings::Flags::new(flags))
-            .map_err(|e| err(&e))?;
+        let isa = host_isa()?;
         let compile_isa = isa.clone();
         let mut jb = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
         let rt_fns = lower::runtime_functions();
@@ -218,6 +230,7 @@ impl Jit {
         // Slow paths taken rarely from hot code (a new arena window, a bigger stack) go
         // through helpers that preserve every register, so that values live across them
         // (a loop's accumulator) need not leave their registers.
+        let mut helpers: Vec<(CFuncId, String, cranelift_codegen::Context)> = Vec::new();
         for (helper, target) in [("alloc_refill", "mc_refill"), ("stack_grow", "mc_stack_grow")] {
             let mut rsig = jit.make_signature();
             rsig.call_conv = cranelift_codegen::isa::CallConv::PreserveAll;
@@ -238,7 +251,7 @@ impl Jit {
             b.ins().return_(&[]);
             b.seal_all_blocks();
             b.finalize(jit.target_config());
-            jit.define_function(id, &mut ctx).map_err(|e| err(&e))?;
+            helpers.push((id, helper.to_string(), ctx));
             runtime.insert(helper, id);
         }
         // Functions and their entry trampolines.
@@ -271,7 +284,7 @@ impl Jit {
         let mut sites = Vec::new();
         let mut fctx = FunctionBuilderContext::new();
         let dump = std::env::var_os("MCIR_JIT_DUMP").is_some();
-        let mut work: Vec<(CFuncId, String, cranelift_codegen::Context)> = Vec::new();
+        let mut work: Vec<(CFuncId, String, cranelift_codegen::Context)> = helpers;
         for (id, _) in module.funcs.iter() {
             if !reachable[id.index()] {
                 continue;
@@ -287,6 +300,9 @@ impl Jit {
                     sites: &mut sites,
                 };
                 l.lower(id, &mut ctx.func, &mut fctx).map_err(|e| JitError(format!("@{}: {e}", f.name)))?;
+            }
+            if std::env::var_os("MCIR_JIT_CLIF").is_some() {
+                eprintln!("; @{}\n{}", f.name, ctx.func.display());
             }
             work.push((funcs[id.index()], f.name.clone(), ctx));
             // Only the roots are called from Rust, so only they get a trampoline (each

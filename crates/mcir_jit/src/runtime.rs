@@ -349,18 +349,27 @@ pub(crate) extern "C" fn mc_map_f64(
         let x = arr(a)?;
         let out = new_array(ctx, ELEM_F64, &x.shape())?;
         let (o, u) = (out.f64s(), x.f64s());
-        match mode {
-            MODE_ARRAYS => {
-                let y = arr(b)?;
-                same_shape(x, y)?;
-                let v = y.f64s();
-                for k in 0..o.len() {
-                    o[k] = op.eval(u[k], v[k]);
+        let v: &[f64] = if mode == MODE_ARRAYS {
+            let y = arr(b)?;
+            same_shape(x, y)?;
+            y.f64s()
+        } else {
+            &[]
+        };
+        // One loop per op and operand mode, so each is a tight loop the compiler can
+        // vectorise where the op allows.
+        macro_rules! each {
+            ($($op:ident),*) => {
+                match op {
+                    $(FBinOp::$op => match mode {
+                        MODE_ARRAYS => o.iter_mut().zip(u.iter().zip(v)).for_each(|(r, (&p, &q))| *r = FBinOp::$op.eval(p, q)),
+                        MODE_ARRAY_SCALAR => o.iter_mut().zip(u.iter()).for_each(|(r, &e)| *r = FBinOp::$op.eval(e, s)),
+                        _ => o.iter_mut().zip(u.iter()).for_each(|(r, &e)| *r = FBinOp::$op.eval(s, e)),
+                    },)*
                 }
-            }
-            MODE_ARRAY_SCALAR => o.iter_mut().zip(u.iter()).for_each(|(r, &e)| *r = op.eval(e, s)),
-            _ => o.iter_mut().zip(u.iter()).for_each(|(r, &e)| *r = op.eval(s, e)),
+            };
         }
+        each!(Add, Sub, Mul, Div, Pow, Min, Max, Atan2);
         Ok(Ptr(out.header))
     })
     .0
@@ -416,7 +425,19 @@ pub(crate) extern "C" fn mc_map_unary(ctx: *mut Ctx, site: i64, op: i64, a: *mut
         let op = *FUnOp::ALL.get(op as usize).ok_or_else(|| Kind::Internal("bad op".into()))?;
         let x = arr(a)?;
         let out = new_array(ctx, ELEM_F64, &x.shape())?;
-        out.f64s().iter_mut().zip(x.f64s().iter()).for_each(|(r, &e)| *r = op.eval(e));
+        let (o, u) = (out.f64s(), x.f64s());
+        // One loop per op, so each is a tight loop over a known function.
+        macro_rules! each {
+            ($($op:ident),*) => {
+                match op {
+                    $(FUnOp::$op => o.iter_mut().zip(u.iter()).for_each(|(r, &e)| *r = FUnOp::$op.eval(e)),)*
+                }
+            };
+        }
+        each!(
+            Neg, Sin, Cos, Tan, Asin, Acos, Atan, Sinh, Cosh, Tanh, Exp, Log, Log1p, Expm1, Sqrt, Abs, Floor,
+            Ceil, Round, Sign
+        );
         Ok(Ptr(out.header))
     })
     .0
