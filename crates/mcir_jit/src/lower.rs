@@ -126,9 +126,6 @@ struct FnLower<'a, 'b> {
     blocks: Vec<CBlock>,
     refs: HashMap<CFuncId, FuncRef>,
     proofs: mcir_ir::bounds::Proofs,
-    /// An array's data pointer and extents, loaded once where the array is defined
-    /// (headers never change), so loops reuse them instead of reloading.
-    headers: HashMap<CValue, (CValue, Vec<CValue>)>,
 }
 
 impl<'a> Lowering<'a> {
@@ -154,7 +151,6 @@ impl<'a> Lowering<'a> {
             blocks: Vec::new(),
             refs: HashMap::new(),
             proofs: f.proofs(),
-            headers: HashMap::new(),
         };
         fl.run()?;
         fl.b.finalize(target);
@@ -270,10 +266,6 @@ impl FnLower<'_, '_> {
         for (k, &b) in cfg.rpo.iter().enumerate() {
             let data = &f.blocks[b];
             self.b.switch_to_block(self.blocks[b.index()]);
-            for &p in &data.params {
-                let v = self.v(p)?;
-                self.cache_header(v, f.value_type(p));
-            }
             let first_span = data.insts.first().map(|&i| f.insts[i].span).unwrap_or(data.term_span);
             if k == 0 {
                 // Entry: the machine stack must not run out (deep recursion).
@@ -352,29 +344,6 @@ impl FnLower<'_, '_> {
     }
 
     /// The address of element `idx` of array `a`, after checking every index.
-    /// Loads an array's header fields right where the array is defined.
-    fn cache_header(&mut self, a: CValue, t: TypeId) {
-        let Some((_, rank)) = self.l.module.types.as_array(t) else { return };
-        let data = self.b.ins().load(P, header_flags(), a, array::DATA);
-        let dims =
-            (0..rank).map(|d| self.b.ins().load(P, header_flags(), a, array::DIMS + 8 * d as i32)).collect();
-        self.headers.insert(a, (data, dims));
-    }
-
-    fn header_data(&mut self, a: CValue) -> CValue {
-        match self.headers.get(&a) {
-            Some((data, _)) => *data,
-            None => self.b.ins().load(P, header_flags(), a, array::DATA),
-        }
-    }
-
-    fn header_dim(&mut self, a: CValue, d: usize) -> CValue {
-        match self.headers.get(&a).and_then(|(_, dims)| dims.get(d)) {
-            Some(&v) => v,
-            None => self.b.ins().load(P, header_flags(), a, array::DIMS + 8 * d as i32),
-        }
-    }
-
     /// The address of element `idx` of array `a`; with a site, every index not proven in
     /// bounds (`proven`) is checked.
     fn element_addr(
@@ -389,7 +358,11 @@ impl FnLower<'_, '_> {
         for (d, &i) in idx.iter().enumerate() {
             let check = site.filter(|_| !proven.get(d).copied().unwrap_or(false));
             // The innermost extent is needed only for the check.
-            let ext = if check.is_some() || d > 0 { self.header_dim(a, d) } else { i };
+            let ext = if check.is_some() || d > 0 {
+                self.b.ins().load(P, header_flags(), a, array::DIMS + 8 * d as i32)
+            } else {
+                i
+            };
             if let Some(site) = check {
                 let bad = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, i, ext);
                 let dim = self.b.ins().iconst(P, d as i64);
@@ -404,7 +377,7 @@ impl FnLower<'_, '_> {
             });
         }
         let flat = flat.unwrap_or_else(|| self.b.ins().iconst(P, 0));
-        let data = self.header_data(a);
+        let data = self.b.ins().load(P, header_flags(), a, array::DATA);
         let off = if elem_bytes == 1 { flat } else { self.b.ins().imul_imm_s(flat, elem_bytes) };
         self.b.ins().iadd(data, off)
     }
@@ -614,7 +587,9 @@ impl FnLower<'_, '_> {
                 }
                 Some(hdr)
             }
-            Op::ArrayDim(dim) => Some(self.header_dim(args[0], *dim as usize)),
+            Op::ArrayDim(dim) => {
+                Some(self.b.ins().load(P, header_flags(), args[0], array::DIMS + 8 * *dim as i32))
+            }
             Op::Load | Op::Store | Op::TrustedLoad | Op::TrustedStore => {
                 let trusted = matches!(d.op, Op::TrustedLoad | Op::TrustedStore);
                 let site = if trusted { None } else { Some(fallible_site(self)) };
@@ -844,7 +819,6 @@ impl FnLower<'_, '_> {
         };
         if let (Some(r), Some(v)) = (d.result, out) {
             self.vals[r.index()] = Some(v);
-            self.cache_header(v, f.value_type(r));
         } else if let Some(r) = d.result {
             return Err(format!("{r} ({}) has no lowered value", types.display(f.value_type(r))));
         }
