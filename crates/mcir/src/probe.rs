@@ -6,7 +6,6 @@
 use crate::check::{check_with, random_value, CheckOptions, Rng};
 use crate::Program;
 use mcir_interp::{Array, ArrayData, Limits, Val};
-use mcir_ir::entity::EntityRef;
 use mcir_ir::{FBinOp, FUnOp, FuncId, Function, Module, Op, Scalar, Terminator, Type, TypeId, TypeTable};
 use std::collections::HashSet;
 
@@ -112,35 +111,26 @@ fn check_op(
     let types = &probe.module.types;
     let (lo, hi) = domain(op);
     let shape: Vec<usize> = vec![rng.range(3, 5) as usize; 3];
-    let mut draws = Vec::new();
+    let opts = CheckOptions { trials: 1, ..options.clone() };
     for _ in 0..options.trials.max(2) {
         let xs: Vec<Val> = args.iter().map(|&t| draw(&mut rng, types, t, &shape, lo, hi)).collect();
-        draws.push(xs);
-    }
-    for xs in draws {
-        let opts = CheckOptions { trials: 1, ..options.clone() };
         let report = check_with(&probe, &mut d, id, Some(&xs), &opts, limits);
         if let Some(f) = report.failures.first() {
-            let one = CheckReport1(f.clone()).text();
-            return Some(one);
+            return Some(failure_text(f));
         }
     }
-    let _ = id.index();
     None
 }
 
-struct CheckReport1(crate::check::Failure);
-
-impl CheckReport1 {
-    fn text(&self) -> String {
-        match &self.0 {
-            crate::check::Failure::Component { component, reverse, finite_difference, .. } => format!(
-                "for operand `{component}` reverse mode gives {}, finite differences give {}",
-                crate::check::show(*reverse),
-                crate::check::show(*finite_difference)
-            ),
-            other => format!("{other:?}"),
-        }
+/// What a failed check of a single op found, in a few words.
+fn failure_text(f: &crate::check::Failure) -> String {
+    match f {
+        crate::check::Failure::Component { component, reverse, finite_difference, .. } => format!(
+            "for operand `{component}` reverse mode gives {}, finite differences give {}",
+            crate::check::show(*reverse),
+            crate::check::show(*finite_difference)
+        ),
+        other => format!("{other:?}"),
     }
 }
 

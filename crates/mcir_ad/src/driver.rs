@@ -8,7 +8,6 @@ use crate::emit::Emit;
 use crate::forward::{build_tangent, primal_extract, shadow_struct, tangent_extract};
 use crate::tangent::{fdata_leaves, has_tangent, rdata_leaves, tangent_type};
 use crate::{AdError, Derived};
-use mcir_ir::entity::EntityRef;
 use mcir_ir::{FuncId, Function, Op, Terminator, Type, TypeId, TypeTable, Value};
 
 /// Which arguments receive a cotangent for their state after the call (`--seed-args`).
@@ -171,7 +170,6 @@ pub fn vjp_driver(derived: &mut Derived, f: FuncId, seeds: &SeedPattern) -> Resu
             format!("the VJP driver does not verify: {}", err.message),
         ));
     }
-    let _ = id.index();
     Ok(id)
 }
 

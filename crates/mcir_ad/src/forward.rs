@@ -30,8 +30,6 @@ pub(crate) struct Forward {
     pub counter_marks: Vec<(Block, usize, Value)>,
     /// Primal return blocks, in block order.
     pub returns: Vec<Block>,
-    /// Layout: each forward block followed by its edge blocks.
-    pub order: Vec<Block>,
 }
 
 /// Names a shadow after its primal value: `dx` for `x`.
@@ -122,7 +120,6 @@ pub(crate) fn build_forward(
         edge_marks: Vec::new(),
         counter_marks: Vec::new(),
         returns: Vec::new(),
-        order: Vec::new(),
     };
     let types = &mut module.types;
     // Blocks and their parameters.
@@ -157,7 +154,6 @@ pub(crate) fn build_forward(
     }
     for (b, data) in primal.blocks.iter() {
         fw.e.block = fw.block_map[b.index()];
-        fw.order.push(fw.e.block);
         for &inst in &data.insts {
             forward_inst(&mut fw, types, ids, primal, inst)?;
         }
@@ -187,7 +183,6 @@ pub(crate) fn build_forward(
                 let p = fw.fwd(counters[k].param)?;
                 fw.counter_marks.push((eb, k, p));
             }
-            fw.order.push(eb);
             Ok(BlockCall { block: eb, args: Vec::new() })
         };
         let fb = fw.block_map[b.index()];
@@ -349,7 +344,7 @@ fn forward_inst(
             for &a in &d.args {
                 cargs.extend(fw.shadows_of(a));
             }
-            let ret_ty = module_ret(types, ids, *g);
+            let ret_ty = ids[g.index()].fwd_ret;
             let tuple = fw.e.val(Op::Call(callee), cargs, ret_ty);
             let mut k = 0;
             let res = match result_ty {
@@ -486,9 +481,4 @@ pub(crate) fn shadow_struct(
     types.as_struct(tan).map(|(sid, _)| sid).ok_or_else(|| {
         AdError::internal("", format!("struct {} has no tangent record", types.struct_def(s).name))
     })
-}
-
-fn module_ret(types: &TypeTable, ids: &[RuleIds], g: FuncId) -> TypeId {
-    let _ = types;
-    ids[g.index()].fwd_ret
 }

@@ -143,7 +143,7 @@ fn derive_function(
     let counted = analysis::counted_headers(primal, &edges);
     let counters = analysis::loop_counters(primal, &edges, &counted);
     let mut fw = forward::build_forward(module, rules, fid, primal, &edges, &counted, &counters)?;
-    let (mut rev, slots, pushes, path_slot, rev_order, counter_slots) = {
+    let (rev, slots, pushes, path_slot, counter_slots) = {
         let mut rv = reverse::Reverse::new(
             fid,
             primal,
@@ -161,7 +161,7 @@ fn derive_function(
         let slots: Vec<(Option<mcir_ir::Value>, TypeId, String, bool)> =
             rv.slots.iter().map(|s| (s.fwd, s.ty, s.name.clone(), s.direct)).collect();
         let counter_slots = rv.counter_slots.clone();
-        (rv.e.func, slots, rv.pushes, path, rv.order, counter_slots)
+        (rv.e.func, slots, rv.pushes, path, counter_slots)
     };
     // The tape: create the stacks on entry to the forward pass, push what the reverse
     // pass pops at the end of each block, mark edges into joins and the return taken.
@@ -231,8 +231,6 @@ fn derive_function(
         let t = fw.e.val(mcir_ir::Op::TupleNew, items, rule.fwd_ret);
         fw.e.func.set_terminator(fb, mcir_ir::Terminator::Return(Some(t)), primal.blocks[r].term_span);
     }
-    let _ = &mut rev;
-    let _ = (&fw.order, &rev_order);
     let fwd_func = dce::remove_dead_code(&fw.e.func).simplify_cfg();
     let rev_func = dce::remove_dead_code(&rev).simplify_cfg();
     Ok((fwd_func, rev_func))

@@ -72,7 +72,6 @@ pub(crate) struct Reverse<'a> {
     cur_pos: usize,
     last_write_before_current: Option<usize>,
     reloaded: HashMap<Value, Value>,
-    pub order: Vec<Block>,
     /// Loop headers whose incoming edge is known from a counter.
     pub counted: Vec<Option<crate::analysis::CountedHeader>>,
     /// Loops whose counter the reverse pass recomputes, the counters' values in the
@@ -206,7 +205,6 @@ impl<'a> Reverse<'a> {
             cur_pos: 0,
             last_write_before_current: None,
             reloaded: HashMap::new(),
-            order: vec![entry],
             counted: Vec::new(),
             counter_params: HashMap::new(),
             counter_slots: vec![None; counters.len()],
@@ -300,11 +298,10 @@ impl<'a> Reverse<'a> {
             let rb = self.rblock[def.index()];
             let stack = self.slots[slot].rev_stack;
             let ty = self.slots[slot].ty;
-            let v = self.e.func.push_inst(rb, Op::StackPop, vec![stack], Some(ty), self.primal.span);
+            self.e.func.push_inst(rb, Op::StackPop, vec![stack], Some(ty), self.primal.span);
             if let Some(inst) = self.e.func.blocks[rb].insts.pop() {
                 self.e.func.blocks[rb].insts.insert(0, inst);
             }
-            let _ = v;
         }
     }
 
@@ -540,7 +537,6 @@ impl<'a> Reverse<'a> {
                 targets.remove(0)
             } else {
                 let next = self.e.func.add_block();
-                self.order.push(next);
                 BlockCall { block: next, args: vec![] }
             };
             let next = else_dest.block;
@@ -573,7 +569,6 @@ impl<'a> Reverse<'a> {
         self.popped.clear();
         self.zero = None;
         self.adj.clear();
-        self.order.push(rb);
         let params = self.e.func.blocks[rb].params.clone();
         for (&key, &p) in self.adj_in[b.index()].iter().zip(&params) {
             self.adj.insert(key, p);
@@ -648,11 +643,7 @@ impl<'a> Reverse<'a> {
             targets.push(BlockCall { block: eb, args: vec![] });
         }
         self.e.block = rb;
-        self.dispatch(k, targets.clone())?;
-        for t in targets {
-            self.order.push(t.block);
-        }
-        Ok(())
+        self.dispatch(k, targets)
     }
 
     /// Adjoints for the end of the block an edge leaves: what flows through `b` unchanged,

@@ -19,7 +19,7 @@ use mcir_ir::cfg::ControlFlow;
 use mcir_ir::entity::EntityRef;
 use mcir_ir::{
     BlockCall, CmpOp, FBinOp, FUnOp, FuncId, Function, IBinOp, IUnOp, Module, Op, Scalar, Span, Terminator,
-    Type, TypeId, TypeTable, Value,
+    TypeId, TypeTable, Value,
 };
 use std::collections::HashMap;
 
@@ -822,7 +822,6 @@ impl FnLower<'_, '_> {
         } else if let Some(r) = d.result {
             return Err(format!("{r} ({}) has no lowered value", types.display(f.value_type(r))));
         }
-        let _ = Type::Tuple(Vec::new());
         Ok(())
     }
 }

@@ -4,7 +4,7 @@
 //! and a native block that came from an argument comes back as that argument's `Rc`.
 
 use crate::layout::{alloc, Ctx};
-use crate::runtime::{array_header, ArrayRef, ELEM_BOOL, ELEM_F64, ELEM_I64};
+use crate::runtime::{array_header, ArrayRef};
 use mcir_interp::{Array, ArrayData, RuntimeErrorKind as Kind, Val};
 use mcir_ir::{Scalar, Type, TypeId, TypeTable};
 use std::collections::HashMap;
@@ -43,11 +43,6 @@ pub(crate) fn to_native(
         (_, Val::Bool(b)) => *b as u64,
         (_, Val::Unit) => 0,
         (Type::Array { elem, .. }, Val::Array(a)) => {
-            let kind = match elem {
-                Scalar::F64 => ELEM_F64,
-                Scalar::I64 => ELEM_I64,
-                Scalar::Bool => ELEM_BOOL,
-            };
             // The array's own buffer, without a copy: generated code reads and writes it
             // in place. `inputs` keeps the `Rc` alive for the call, and nothing else can
             // touch the buffer while the call runs on this thread.
@@ -61,7 +56,6 @@ pub(crate) fn to_native(
                     _ => return Err(bad()),
                 }
             };
-            let _ = kind;
             let p = array_header(rt, data, len, &a.shape)? as u64;
             seen.insert(key(v).unwrap_or(0), p);
             inputs.insert(p, (v.clone(), ty));
@@ -199,9 +193,8 @@ pub(crate) fn from_native(types: &TypeTable, ty: TypeId, w: u64, known: &mut Has
 
 /// After a call: copies the new state of every argument object back into it.
 pub(crate) fn write_back(types: &TypeTable, inputs: &Inputs, known: &mut HashMap<u64, Val>) {
-    for (&p, (v, ty)) in inputs {
+    for (&p, (v, _)) in inputs {
         known.insert(p, v.clone());
-        let _ = ty;
     }
     for (&p, (v, ty)) in inputs {
         match (v, types.get(*ty)) {
