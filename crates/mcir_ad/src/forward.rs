@@ -321,14 +321,9 @@ fn forward_inst(
             let old = fw.e.val(load.clone(), vec![args[0]], content_ty);
             saved.push(fw.e.name(old, Some(format!("old_{target}"))));
             if has_tangent(types, content_ty) {
-                let cell_shadow = fw.shadows_of(d.args[0]).first().copied().ok_or_else(|| {
-                    AdError::internal(&primal.name, "a differentiable cell has no shadow".to_string())
-                })?;
+                let cell_shadow = fw.cell_shadow(primal, d.args[0])?;
                 let tan_ty = tangent_type(types, content_ty);
-                let sload = match &d.op {
-                    Op::MutStore(s, i) => Op::MutLoad(shadow_struct(types, *s)?, *i),
-                    _ => Op::RefLoad,
-                };
+                let (sload, _) = shadow_access(types, &d.op)?;
                 let old = fw.e.val(sload, vec![cell_shadow], tan_ty);
                 saved.push(fw.e.name(old, Some(format!("old_d{target}"))));
             }
@@ -399,14 +394,9 @@ fn forward_inst(
                 result_shadows.push(fw.e.name(s, sname));
             }
             Op::RefLoad | Op::MutLoad(..) if !fdata_leaves(types, rt).is_empty() => {
-                let cell = fw.shadows_of(d.args[0]).first().copied().ok_or_else(|| {
-                    AdError::internal(&primal.name, "a differentiable cell has no shadow".to_string())
-                })?;
+                let cell = fw.cell_shadow(primal, d.args[0])?;
                 let tan_ty = tangent_type(types, rt);
-                let load = match &d.op {
-                    Op::MutLoad(s, i) => Op::MutLoad(shadow_struct(types, *s)?, *i),
-                    _ => Op::RefLoad,
-                };
+                let (load, _) = shadow_access(types, &d.op)?;
                 let tan = fw.e.val(load, vec![cell], tan_ty);
                 for leaf in fdata_leaves(types, rt) {
                     let s = tangent_extract(&mut fw.e, types, tan, &leaf.path);
@@ -453,15 +443,10 @@ fn forward_inst(
     if let Op::RefStore | Op::MutStore(..) = &d.op {
         let content_ty = primal.value_type(d.args[1]);
         if has_tangent(types, content_ty) {
-            let cell_shadow = fw.shadows_of(d.args[0]).first().copied().ok_or_else(|| {
-                AdError::internal(&primal.name, "a differentiable cell has no shadow".to_string())
-            })?;
+            let cell_shadow = fw.cell_shadow(primal, d.args[0])?;
             let sh = fw.shadows_of(d.args[1]);
             let tan = zero_tangent_of(fw, types, content_ty, sh);
-            let store = match &d.op {
-                Op::MutStore(s, i) => Op::MutStore(shadow_struct(types, *s)?, *i),
-                _ => Op::RefStore,
-            };
+            let (_, store) = shadow_access(types, &d.op)?;
             fw.e.eff(store, vec![cell_shadow, tan]);
         }
     }
@@ -469,6 +454,29 @@ fn forward_inst(
         fw.saved.insert(inst, saved);
     }
     Ok(())
+}
+
+/// The ops that read and write, in a cell's or record's shadow, the tangent of the slot
+/// `op` (a ref or mut-record load or store) reads or writes: the shadow ref's content,
+/// or the same field of the record's `S$tan`.
+pub(crate) fn shadow_access(types: &mut TypeTable, op: &Op) -> Result<(Op, Op), AdError> {
+    Ok(match op {
+        Op::MutLoad(s, i) | Op::MutStore(s, i) => {
+            let ss = shadow_struct(types, *s)?;
+            (Op::MutLoad(ss, *i), Op::MutStore(ss, *i))
+        }
+        _ => (Op::RefLoad, Op::RefStore),
+    })
+}
+
+impl Forward {
+    /// The shadow of a cell or record whose content is differentiable.
+    fn cell_shadow(&self, primal: &Function, cell: Value) -> Result<Value, AdError> {
+        self.shadows_of(cell)
+            .first()
+            .copied()
+            .ok_or_else(|| AdError::internal(&primal.name, "a differentiable cell has no shadow".to_string()))
+    }
 }
 
 /// The `S$tan` struct of a mut struct `S`.

@@ -8,7 +8,7 @@
 
 use crate::analysis::Edge;
 use crate::emit::Emit;
-use crate::forward::{shadow_struct, tangent_extract, Forward};
+use crate::forward::{shadow_access, shadow_struct, tangent_extract, Forward};
 use crate::tangent::{field_leaf_ranges, has_tangent, rdata_leaves, tangent_type, LeafKind};
 use crate::{AdError, RuleIds};
 use mcir_ir::entity::EntityRef;
@@ -904,13 +904,7 @@ impl<'a> Reverse<'a> {
                 let r = self.result(inst)?;
                 let ct = primal.value_type(r);
                 let tan_ty = tangent_type(self.types, ct);
-                let (load, store) = match &d.op {
-                    Op::MutLoad(s, i) => {
-                        let ss = shadow_struct(self.types, *s)?;
-                        (Op::MutLoad(ss, *i), Op::MutStore(ss, *i))
-                    }
-                    _ => (Op::RefLoad, Op::RefStore),
-                };
+                let (load, store) = shadow_access(self.types, &d.op)?;
                 let tan = self.e.val(load, vec![cell], tan_ty);
                 let g: Vec<Option<Value>> = g.into_iter().map(|x| x.map(|x| self.corrupt(x))).collect();
                 let new = self.tangent_add(ct, tan, &g);
@@ -920,13 +914,7 @@ impl<'a> Reverse<'a> {
                 let v = a[1];
                 let ct = primal.value_type(v);
                 if has_tangent(self.types, ct) {
-                    let (load, store) = match &d.op {
-                        Op::MutStore(s, i) => {
-                            let ss = shadow_struct(self.types, *s)?;
-                            (Op::MutLoad(ss, *i), Op::MutStore(ss, *i))
-                        }
-                        _ => (Op::RefLoad, Op::RefStore),
-                    };
+                    let (load, store) = shadow_access(self.types, &d.op)?;
                     let cell = self.shadow(a[0])?;
                     if self.is_active(v) {
                         let tan_ty = tangent_type(self.types, ct);
