@@ -432,21 +432,104 @@ impl Jit {
         limits: &Limits,
     ) -> Result<Option<Val>, RuntimeError> {
         let c = &*self.inner;
-        let f = c.module.funcs.get(func).ok_or_else(|| internal("no such function"))?;
-        let entry = *c.entries.get(func.index()).ok_or_else(|| internal("no such function"))?;
+        let (f, entry) = c.entry(func)?;
+        if args.len() != f.params.len() {
+            return Err(internal("wrong number of arguments"));
+        }
+        let types = &c.tables.types;
+        let result = c.with_call(
+            f,
+            entry,
+            workspace,
+            limits,
+            |ctx| {
+                let mut seen = HashMap::new();
+                let mut inputs = marshal::Inputs::new();
+                let mut words = Vec::with_capacity(args.len());
+                for (a, &t) in args.iter().zip(&f.params) {
+                    let w = marshal::to_native(types, ctx, t, a, &mut seen, &mut inputs)
+                        .map_err(|kind| CallError::Runtime(fail_at(f, kind)))?;
+                    words.push(w);
+                }
+                Ok((words, inputs))
+            },
+            |ret, inputs| {
+                let mut known = HashMap::new();
+                marshal::write_back(types, &inputs, &mut known);
+                f.ret.map(|t| marshal::from_native(types, t, ret, &mut known))
+            },
+        );
+        result.map_err(|e| match e {
+            CallError::Runtime(r) => r,
+            CallError::Args(m) => internal(&m),
+        })
+    }
+}
+
+/// A compiled function's entry trampoline.
+type EntryFn = extern "C" fn(*mut Ctx, *const u64, *mut u64);
+
+impl Compiled {
+    /// A function and its entry trampoline, if it was compiled as an entry.
+    fn entry(&self, func: FuncId) -> Result<(&mcir_ir::Function, EntryFn), RuntimeError> {
+        let f = self.module.funcs.get(func).ok_or_else(|| internal("no such function"))?;
+        let entry = *self.entries.get(func.index()).ok_or_else(|| internal("no such function"))?;
         if entry.is_null() {
             return Err(internal("the function was not compiled"));
         }
+        // SAFETY: a non-null entry is the trampoline of `f`, finalized in this module
+        // (which the caller borrows for the call), with exactly this signature.
+        Ok((f, unsafe { std::mem::transmute::<*const u8, EntryFn>(entry) }))
+    }
+
+    /// One call in `workspace`'s arena: `args` turns the arguments into machine words
+    /// (it may allocate through the context) and may keep some state for `done`, which
+    /// reads the result before the arena is reset.
+    fn with_call<S, T>(
+        &self,
+        f: &mcir_ir::Function,
+        entry: EntryFn,
+        workspace: &mut Workspace,
+        limits: &Limits,
+        args: impl FnOnce(&mut Ctx) -> Result<(Vec<u64>, S), CallError>,
+        done: impl FnOnce(u64, S) -> T,
+    ) -> Result<T, CallError> {
         let mut arena = workspace.arena.take().unwrap_or_else(|| Arena::new(limits.max_alloc_bytes));
-        arena.reset();
         arena.max_alloc_bytes = limits.max_alloc_bytes;
         let mut rt = Runtime {
             arena,
             error: None,
-            tables: &*c.tables as *const Tables,
+            tables: &*self.tables as *const Tables,
             timeout: limits.timeout.unwrap_or_default(),
         };
-        let result = run(c, f, entry, &mut rt, args, limits);
+        let result = (|| {
+            let (bump, bump_end) =
+                rt.arena.first_window().map_err(|kind| CallError::Runtime(fail_at(f, kind)))?;
+            let here = 0u8;
+            let sp = &here as *const u8 as u64;
+            let mut ctx = Ctx {
+                status: 0,
+                depth: 1,
+                max_depth: limits.max_call_depth as u64,
+                stack_limit: sp.saturating_sub(limits.stack_bytes as u64),
+                interrupt: AtomicU64::new(0),
+                rt: &mut rt as *mut Runtime,
+                bump,
+                bump_end,
+            };
+            let (words, state) = args(&mut ctx)?;
+            let mut ret: u64 = 0;
+            invoke(entry, &mut ctx, &words, &mut ret, limits.timeout);
+            if ctx.status != 0 {
+                // SAFETY: the call is over; the runtime is ours again.
+                let rt = unsafe { &mut *ctx.rt };
+                let (kind, site) =
+                    rt.error.take().unwrap_or((RuntimeErrorKind::Internal("unknown failure".into()), 0));
+                let (function, span) = self.tables.sites.get(site as usize).cloned().unwrap_or_default();
+                return Err(CallError::Runtime(RuntimeError { kind, span, function }));
+            }
+            Ok(done(ret, state))
+        })();
         rt.arena.reset();
         workspace.arena = Some(rt.arena);
         result
@@ -459,61 +542,6 @@ fn internal(m: &str) -> RuntimeError {
         span: Default::default(),
         function: String::new(),
     }
-}
-
-fn run(
-    c: &Compiled,
-    f: &mcir_ir::Function,
-    entry: *const u8,
-    rt: &mut Runtime,
-    args: &[Val],
-    limits: &Limits,
-) -> Result<Option<Val>, RuntimeError> {
-    let types = &c.tables.types;
-    if args.len() != f.params.len() {
-        return Err(internal("wrong number of arguments"));
-    }
-    let (bump, bump_end) = rt.arena.first_window().map_err(|kind| RuntimeError {
-        kind,
-        span: f.span,
-        function: f.name.clone(),
-    })?;
-    let here = 0u8;
-    let sp = &here as *const u8 as u64;
-    let mut ctx = Ctx {
-        status: 0,
-        depth: 1,
-        max_depth: limits.max_call_depth as u64,
-        stack_limit: sp.saturating_sub(limits.stack_bytes as u64),
-        interrupt: AtomicU64::new(0),
-        rt: rt as *mut Runtime,
-        bump,
-        bump_end,
-    };
-    let mut seen = HashMap::new();
-    let mut inputs = marshal::Inputs::new();
-    let mut words = Vec::with_capacity(args.len());
-    for (a, &t) in args.iter().zip(&f.params) {
-        let w = marshal::to_native(types, &mut ctx, t, a, &mut seen, &mut inputs)
-            .map_err(|kind| RuntimeError { kind, span: f.span, function: f.name.clone() })?;
-        words.push(w);
-    }
-    let mut ret: u64 = 0;
-    // SAFETY: `entry` is the trampoline of `f`, finalized in `c` (alive for this call),
-    // with the signature `extern "C" fn(*mut Ctx, *const u64, *mut u64)`; `words` holds
-    // one slot per parameter, and `ctx` and `rt` stay valid and exclusive for the call.
-    let call =
-        unsafe { std::mem::transmute::<*const u8, extern "C" fn(*mut Ctx, *const u64, *mut u64)>(entry) };
-    invoke(call, &mut ctx, &words, &mut ret, limits.timeout);
-    if ctx.status != 0 {
-        let (kind, site) =
-            rt.error.take().unwrap_or((RuntimeErrorKind::Internal("unknown failure".into()), 0));
-        let (function, span) = c.tables.sites.get(site as usize).cloned().unwrap_or_default();
-        return Err(RuntimeError { kind, span, function });
-    }
-    let mut known = HashMap::new();
-    marshal::write_back(types, &inputs, &mut known);
-    Ok(f.ret.map(|t| marshal::from_native(types, t, ret, &mut known)))
 }
 
 /// An argument passed without copying: scalars, and arrays as the caller's own buffers.
@@ -597,12 +625,7 @@ impl Jit {
         read: impl FnOnce(&RawResult<'_>) -> T,
     ) -> Result<T, CallError> {
         let c = &*self.inner;
-        let f = c.module.funcs.get(func).ok_or_else(|| CallError::from(internal("no such function")))?;
-        let entry =
-            *c.entries.get(func.index()).ok_or_else(|| CallError::from(internal("no such function")))?;
-        if entry.is_null() {
-            return Err(internal("the function was not compiled").into());
-        }
+        let (f, entry) = c.entry(func)?;
         if args.len() != f.params.len() {
             return Err(CallError::Args(format!(
                 "`{}` takes {} arguments, {} given",
@@ -611,72 +634,39 @@ impl Jit {
                 args.len()
             )));
         }
-        let mut arena = workspace.arena.take().unwrap_or_else(|| Arena::new(limits.max_alloc_bytes));
-        arena.max_alloc_bytes = limits.max_alloc_bytes;
-        let mut rt = Runtime {
-            arena,
-            error: None,
-            tables: &*c.tables as *const Tables,
-            timeout: limits.timeout.unwrap_or_default(),
-        };
-        let result = (|| {
-            let (bump, bump_end) =
-                rt.arena.first_window().map_err(|kind| CallError::Runtime(fail_at(f, kind)))?;
-            let here = 0u8;
-            let sp = &here as *const u8 as u64;
-            let mut ctx = Ctx {
-                status: 0,
-                depth: 1,
-                max_depth: limits.max_call_depth as u64,
-                stack_limit: sp.saturating_sub(limits.stack_bytes as u64),
-                interrupt: AtomicU64::new(0),
-                rt: &mut rt as *mut Runtime,
-                bump,
-                bump_end,
-            };
-            let types = &c.tables.types;
-            let mut words = Vec::with_capacity(args.len());
-            for (k, (a, &t)) in args.iter_mut().zip(&f.params).enumerate() {
-                let want = types.as_array(t);
-                let w = match (a, want) {
-                    (RawArg::F64(x), None) if t == TypeTable::F64 => x.to_bits(),
-                    (RawArg::I64(x), None) if t == TypeTable::I64 => *x as u64,
-                    (RawArg::Bool(x), None) if t == TypeTable::BOOL => *x as u64,
-                    (RawArg::F64Array(d, shape), Some((mcir_ir::Scalar::F64, rank))) => {
-                        raw_array(&mut ctx, f, k, d.as_mut_ptr() as *mut u8, d.len(), shape, rank)?
-                    }
-                    (RawArg::I64Array(d, shape), Some((mcir_ir::Scalar::I64, rank))) => {
-                        raw_array(&mut ctx, f, k, d.as_mut_ptr() as *mut u8, d.len(), shape, rank)?
-                    }
-                    _ => {
-                        return Err(CallError::Args(format!(
-                            "argument {k} of `{}` must be a {}",
-                            f.name,
-                            types.display(t)
-                        )))
-                    }
-                };
-                words.push(w);
-            }
-            let mut ret: u64 = 0;
-            // SAFETY: as in `run`; the argument buffers are borrowed mutably for the call.
-            let call = unsafe {
-                std::mem::transmute::<*const u8, extern "C" fn(*mut Ctx, *const u64, *mut u64)>(entry)
-            };
-            invoke(call, &mut ctx, &words, &mut ret, limits.timeout);
-            if ctx.status != 0 {
-                // SAFETY: the call is over; the runtime is ours again.
-                let rt = unsafe { &mut *ctx.rt };
-                let (kind, site) =
-                    rt.error.take().unwrap_or((RuntimeErrorKind::Internal("unknown failure".into()), 0));
-                let (function, span) = c.tables.sites.get(site as usize).cloned().unwrap_or_default();
-                return Err(CallError::Runtime(RuntimeError { kind, span, function }));
-            }
-            Ok(read(&RawResult { word: ret, _workspace: std::marker::PhantomData }))
-        })();
-        rt.arena.reset();
-        workspace.arena = Some(rt.arena);
-        result
+        let types = &c.tables.types;
+        c.with_call(
+            f,
+            entry,
+            workspace,
+            limits,
+            |ctx| {
+                let mut words = Vec::with_capacity(args.len());
+                for (k, (a, &t)) in args.iter_mut().zip(&f.params).enumerate() {
+                    let w = match (a, types.as_array(t)) {
+                        (RawArg::F64(x), None) if t == TypeTable::F64 => x.to_bits(),
+                        (RawArg::I64(x), None) if t == TypeTable::I64 => *x as u64,
+                        (RawArg::Bool(x), None) if t == TypeTable::BOOL => *x as u64,
+                        (RawArg::F64Array(d, shape), Some((mcir_ir::Scalar::F64, rank))) => {
+                            raw_array(ctx, f, k, d.as_mut_ptr() as *mut u8, d.len(), shape, rank)?
+                        }
+                        (RawArg::I64Array(d, shape), Some((mcir_ir::Scalar::I64, rank))) => {
+                            raw_array(ctx, f, k, d.as_mut_ptr() as *mut u8, d.len(), shape, rank)?
+                        }
+                        _ => {
+                            return Err(CallError::Args(format!(
+                                "argument {k} of `{}` must be a {}",
+                                f.name,
+                                types.display(t)
+                            )))
+                        }
+                    };
+                    words.push(w);
+                }
+                Ok((words, ()))
+            },
+            |ret, ()| read(&RawResult { word: ret, _workspace: std::marker::PhantomData }),
+        )
     }
 }
 
@@ -715,13 +705,7 @@ fn raw_array(
 
 /// Calls an entry trampoline; with a time limit, a watchdog thread sets the context's
 /// interrupt flag when it passes, and generated code stops at its next check.
-fn invoke(
-    call: extern "C" fn(*mut Ctx, *const u64, *mut u64),
-    ctx: &mut Ctx,
-    words: &[u64],
-    ret: &mut u64,
-    timeout: Option<std::time::Duration>,
-) {
+fn invoke(call: EntryFn, ctx: &mut Ctx, words: &[u64], ret: &mut u64, timeout: Option<std::time::Duration>) {
     let Some(limit) = timeout else {
         call(ctx, words.as_ptr(), ret);
         return;
