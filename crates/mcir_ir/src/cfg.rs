@@ -103,6 +103,40 @@ impl ControlFlow {
             }
         }
     }
+    /// How many loops contain each block (by block index): a loop is a back edge
+    /// `b -> h` (`h` before `b` in reverse post-order) with every block that reaches
+    /// `b` without passing through `h`. Unreachable blocks are at depth 0.
+    pub fn loop_depths(&self) -> Vec<u32> {
+        let n = self.preds.len();
+        let mut depth = vec![0u32; n];
+        let mut seen = vec![usize::MAX; n];
+        let mut work = Vec::new();
+        let mut loop_id = 0usize;
+        for &h in &self.rpo {
+            // Each header counts once, however many back edges enter it.
+            let latches: Vec<Block> = self.preds[h.index()]
+                .iter()
+                .copied()
+                .filter(|&p| self.is_reachable(p) && self.rpo_index[p.index()] >= self.rpo_index[h.index()])
+                .collect();
+            if latches.is_empty() {
+                continue;
+            }
+            seen[h.index()] = loop_id;
+            depth[h.index()] += 1;
+            work.extend(latches);
+            while let Some(b) = work.pop() {
+                if seen[b.index()] == loop_id {
+                    continue;
+                }
+                seen[b.index()] = loop_id;
+                depth[b.index()] += 1;
+                work.extend(self.preds[b.index()].iter().copied().filter(|&p| self.is_reachable(p)));
+            }
+            loop_id += 1;
+        }
+        depth
+    }
 }
 
 fn intersect(idom: &[Option<Block>], order: &[usize], mut a: Block, mut b: Block) -> Block {

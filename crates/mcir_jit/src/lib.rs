@@ -362,6 +362,9 @@ impl Jit {
                 if std::env::var_os("MCIR_JIT_TIMES").is_some() {
                     eprintln!("{name}: {} insts, {:?}", ctx.func.dfg.num_insts(), started.elapsed());
                 }
+                if std::env::var_os("MCIR_JIT_CLIF_OPT").is_some() {
+                    eprintln!("; @{name} (optimised)\n{}", ctx.func.display());
+                }
                 if let Some(e) = failed {
                     let detail = cranelift_codegen::print_errors::pretty_error(&ctx.func, e);
                     return Err(JitError(format!("@{name}: {detail}")));

@@ -126,6 +126,8 @@ struct FnLower<'a, 'b> {
     blocks: Vec<CBlock>,
     refs: HashMap<CFuncId, FuncRef>,
     proofs: mcir_ir::bounds::Proofs,
+    /// How many loops contain each block, to order the targets of branches.
+    loop_depth: Vec<u32>,
 }
 
 impl<'a> Lowering<'a> {
@@ -151,6 +153,7 @@ impl<'a> Lowering<'a> {
             blocks: Vec::new(),
             refs: HashMap::new(),
             proofs: f.proofs(),
+            loop_depth: Vec::new(),
         };
         fl.run()?;
         fl.b.finalize(target);
@@ -227,6 +230,7 @@ impl FnLower<'_, '_> {
     fn run(&mut self) -> Result<(), String> {
         let f = self.f;
         let cfg = ControlFlow::compute(f);
+        self.loop_depth = cfg.loop_depths();
         for (_, _) in f.blocks.iter() {
             let blk = self.b.create_block();
             self.blocks.push(blk);
@@ -319,13 +323,20 @@ impl FnLower<'_, '_> {
             Terminator::Branch { cond, then_dest, else_dest } => {
                 let c = self.v(*cond)?;
                 let (ta, ea) = (self.block_args(then_dest)?, self.block_args(else_dest)?);
-                self.b.ins().brif(
-                    c,
-                    self.blocks[then_dest.block.index()],
-                    &ta,
-                    self.blocks[else_dest.block.index()],
-                    &ea,
-                );
+                let (t, e) = (self.blocks[then_dest.block.index()], self.blocks[else_dest.block.index()]);
+                let depth = |b: mcir_ir::Block| self.loop_depth.get(b.index()).copied().unwrap_or(0);
+                if depth(then_dest.block) > depth(else_dest.block) {
+                    // The target that leaves a loop goes first. Cranelift's loop-invariant
+                    // code motion visits the dominator tree in reverse post-order of a
+                    // search that follows a branch's first target first, and forgets a
+                    // loop once it has visited a block outside it: a loop's body must be
+                    // visited before its exit for invariant loads and arithmetic (array
+                    // headers, row offsets) to leave the loop.
+                    let inv = self.b.ins().icmp_imm_u(IntCC::Equal, c, 0);
+                    self.b.ins().brif(inv, e, &ea, t, &ta);
+                } else {
+                    self.b.ins().brif(c, t, &ta, e, &ea);
+                }
             }
             Terminator::Return(v) => {
                 let vals: Vec<CValue> = v.iter().map(|&x| self.v(x)).collect::<Result<_, _>>()?;
