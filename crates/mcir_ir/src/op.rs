@@ -260,6 +260,7 @@ impl FBinOp {
     }
 
     /// Applies the operation.
+    #[inline]
     pub fn eval(self, a: f64, b: f64) -> f64 {
         match self {
             FBinOp::Add => a + b,
@@ -348,6 +349,7 @@ impl FUnOp {
     }
 
     /// Applies the operation.
+    #[inline]
     pub fn eval(self, x: f64) -> f64 {
         match self {
             FUnOp::Neg => -x,
@@ -402,6 +404,7 @@ impl IBinOp {
     }
 
     /// Applies the operation, or says why it has no result.
+    #[inline]
     pub fn eval(self, a: i64, b: i64) -> Result<i64, IntError> {
         match self {
             IBinOp::Add => a.checked_add(b).ok_or(IntError::Overflow),
@@ -431,6 +434,7 @@ impl IUnOp {
     }
 
     /// Applies the operation, or says why it has no result.
+    #[inline]
     pub fn eval(self, a: i64) -> Result<i64, IntError> {
         match self {
             IUnOp::Neg => a.checked_neg().ok_or(IntError::Overflow),
@@ -538,6 +542,7 @@ impl Op {
 
 /// `x ** n` for an integer exponent, by repeated squaring. The interpreter and the JIT
 /// both use this, so they agree bit for bit.
+#[inline]
 pub fn powi(x: f64, n: i64) -> f64 {
     let mut base = x;
     let mut e = n.unsigned_abs();

@@ -12,6 +12,7 @@
 
 #![deny(missing_docs)]
 
+mod fuse;
 mod layout;
 mod lower;
 mod marshal;

@@ -53,6 +53,8 @@ rtfns! {
     "mc_array_copy" => mc_array_copy as extern "C" fn(_, _, _, _) -> _, [P, P, P, P] -> Some(P);
     "mc_copy_into" => mc_copy_into as extern "C" fn(_, _, _, _, _), [P, P, P, P, P] -> None;
     "mc_zeros_like" => mc_zeros_like as extern "C" fn(_, _, _) -> _, [P, P, P] -> Some(P);
+    "mc_same_shape" => mc_same_shape as extern "C" fn(_, _, _, _), [P, P, P, P] -> None;
+    "mc_array_like" => mc_array_like as extern "C" fn(_, _, _) -> _, [P, P, P] -> Some(P);
     "mc_sum_f64" => mc_sum_f64 as extern "C" fn(_, _, _) -> _, [P, P, P] -> Some(F);
     "mc_sum_i64" => mc_sum_i64 as extern "C" fn(_, _, _) -> _, [P, P, P] -> Some(P);
     "mc_dot" => mc_dot as extern "C" fn(_, _, _, _) -> _, [P, P, P, P] -> Some(F);
@@ -128,6 +130,19 @@ struct FnLower<'a, 'b> {
     proofs: mcir_ir::bounds::Proofs,
     /// How many loops contain each block, to order the targets of branches.
     loop_depth: Vec<u32>,
+    /// Maps computed inside a later instruction's loop (see `fuse`), by result value.
+    fused: HashMap<Value, mcir_ir::Inst>,
+}
+
+/// One element of a fused elementwise expression.
+enum Elem {
+    /// The element of the `k`-th array read by the loop.
+    Array(usize),
+    /// A scalar operand, the same for every element.
+    Scalar(CValue),
+    Unary(FUnOp, Box<Elem>),
+    Binary(FBinOp, Box<Elem>, Box<Elem>),
+    PowI(Box<Elem>, CValue),
 }
 
 impl<'a> Lowering<'a> {
@@ -143,6 +158,10 @@ impl<'a> Lowering<'a> {
         clif.name = UserFuncName::user(0, func.index() as u32);
         let target = self.jit.target_config();
         let b = FunctionBuilder::new(clif, fctx);
+        let fused = crate::fuse::fused_members(f, &self.module.types)
+            .into_iter()
+            .filter_map(|i| f.insts[i].result.map(|r| (r, i)))
+            .collect();
         let mut fl = FnLower {
             l: self,
             b,
@@ -154,6 +173,7 @@ impl<'a> Lowering<'a> {
             refs: HashMap::new(),
             proofs: f.proofs(),
             loop_depth: Vec::new(),
+            fused,
         };
         fl.run()?;
         fl.b.finalize(target);
@@ -287,7 +307,15 @@ impl FnLower<'_, '_> {
                 self.interrupt_check(site);
             }
             for &inst in &data.insts {
-                self.inst(inst)?;
+                let d = &f.insts[inst];
+                if d.result.is_some_and(|r| self.fused.contains_key(&r)) {
+                    continue;
+                }
+                if d.args.iter().any(|a| self.fused.contains_key(a)) {
+                    self.fused_loop(inst, &data.insts)?;
+                } else {
+                    self.inst(inst)?;
+                }
             }
             self.terminator(&data.term)?;
         }
@@ -425,6 +453,156 @@ impl FnLower<'_, '_> {
         out
     }
 
+    fn fbinary(&mut self, op: FBinOp, a: CValue, b: CValue) -> CValue {
+        match op {
+            FBinOp::Add => self.b.ins().fadd(a, b),
+            FBinOp::Sub => self.b.ins().fsub(a, b),
+            FBinOp::Mul => self.b.ins().fmul(a, b),
+            FBinOp::Div => self.b.ins().fdiv(a, b),
+            FBinOp::Min | FBinOp::Max => self.fmin_max(op, a, b),
+            FBinOp::Pow => self.rt_call("mc_pow", &[a, b]).unwrap_or(a),
+            FBinOp::Atan2 => self.rt_call("mc_atan2", &[a, b]).unwrap_or(a),
+        }
+    }
+
+    /// The expression a fused map computes per element; `arrays` collects the arrays
+    /// it reads and `checked` the maps of two arrays, whose shapes must agree.
+    fn fused_elem(
+        &mut self,
+        v: Value,
+        arrays: &mut Vec<CValue>,
+        checked: &mut Vec<(mcir_ir::Inst, usize, usize)>,
+    ) -> Result<Elem, String> {
+        let f = self.f;
+        if self.l.module.types.as_array(f.value_type(v)).is_none() {
+            return Ok(Elem::Scalar(self.v(v)?));
+        }
+        let Some(&inst) = self.fused.get(&v) else {
+            arrays.push(self.v(v)?);
+            return Ok(Elem::Array(arrays.len() - 1));
+        };
+        self.map_elem(inst, arrays, checked)
+    }
+
+    fn map_elem(
+        &mut self,
+        inst: mcir_ir::Inst,
+        arrays: &mut Vec<CValue>,
+        checked: &mut Vec<(mcir_ir::Inst, usize, usize)>,
+    ) -> Result<Elem, String> {
+        let d = &self.f.insts[inst];
+        Ok(match &d.op {
+            Op::MapFUnary(op) => Elem::Unary(*op, Box::new(self.fused_elem(d.args[0], arrays, checked)?)),
+            Op::MapFPowI => {
+                Elem::PowI(Box::new(self.fused_elem(d.args[0], arrays, checked)?), self.v(d.args[1])?)
+            }
+            Op::MapFBinary(op) => {
+                let first = arrays.len();
+                let a = self.fused_elem(d.args[0], arrays, checked)?;
+                let second = arrays.len();
+                let b = self.fused_elem(d.args[1], arrays, checked)?;
+                if !matches!(a, Elem::Scalar(_)) && !matches!(b, Elem::Scalar(_)) {
+                    checked.push((inst, first, second));
+                }
+                Elem::Binary(*op, Box::new(a), Box::new(b))
+            }
+            other => return Err(format!("{other:?} cannot be fused")),
+        })
+    }
+
+    fn elem_value(&mut self, e: &Elem, loaded: &[CValue]) -> CValue {
+        match e {
+            Elem::Array(k) => loaded[*k],
+            Elem::Scalar(v) => *v,
+            Elem::Unary(op, x) => {
+                let x = self.elem_value(x, loaded);
+                self.unary(*op, x)
+            }
+            Elem::Binary(op, a, b) => {
+                let (a, b) = (self.elem_value(a, loaded), self.elem_value(b, loaded));
+                self.fbinary(*op, a, b)
+            }
+            Elem::PowI(x, n) => {
+                let x = self.elem_value(x, loaded);
+                self.rt_call("mc_powi", &[x, *n]).unwrap_or(x)
+            }
+        }
+    }
+
+    /// A map or an `f64` sum whose array operands include fused maps: one loop over
+    /// the elements computes the whole expression, with no intermediate arrays.
+    fn fused_loop(&mut self, root: mcir_ir::Inst, block: &[mcir_ir::Inst]) -> Result<(), String> {
+        let f = self.f;
+        let d = &f.insts[root];
+        let mut arrays = Vec::new();
+        let mut checked = Vec::new();
+        let is_sum = matches!(d.op, Op::Sum);
+        let e = if is_sum {
+            self.fused_elem(d.args[0], &mut arrays, &mut checked)?
+        } else {
+            self.map_elem(root, &mut arrays, &mut checked)?
+        };
+        // Shape checks in program order, each at its own map's source location.
+        let position = |i: mcir_ir::Inst| block.iter().position(|&b| b == i).unwrap_or(usize::MAX);
+        checked.sort_by_key(|&(i, _, _)| position(i));
+        for (inst, a, b) in checked {
+            let site = self.site(f.insts[inst].span);
+            let s = self.b.ins().iconst(P, site);
+            self.rt_call_checked("mc_same_shape", &[self.ctx, s, arrays[a], arrays[b]]);
+        }
+        let first = *arrays.first().ok_or("a fused map reads no array")?;
+        let n = self.b.ins().load(P, header_flags(), first, array::LEN);
+        let out = if is_sum {
+            None
+        } else {
+            let site = self.site(d.span);
+            let s = self.b.ins().iconst(P, site);
+            let out = self.rt_call_checked("mc_array_like", &[self.ctx, s, first]).ok_or("no array")?;
+            Some((out, self.b.ins().load(P, header_flags(), out, array::DATA)))
+        };
+        let data: Vec<CValue> =
+            arrays.iter().map(|&a| self.b.ins().load(P, header_flags(), a, array::DATA)).collect();
+        let header = self.b.create_block();
+        let body = self.b.create_block();
+        let exit = self.b.create_block();
+        let k = self.b.append_block_param(header, P);
+        let acc = self.b.append_block_param(header, F);
+        let total = self.b.append_block_param(exit, F);
+        let (k0, acc0) = (self.zero(), self.b.ins().f64const(0.0));
+        self.b.ins().jump(header, &[k0.into(), acc0.into()]);
+        self.b.switch_to_block(header);
+        let done = self.b.ins().icmp(IntCC::SignedGreaterThanOrEqual, k, n);
+        self.b.ins().brif(done, exit, &[acc.into()], body, &[]);
+        self.b.switch_to_block(body);
+        let off = self.b.ins().ishl_imm_u(k, 3);
+        let loaded: Vec<CValue> = data
+            .iter()
+            .map(|&p| {
+                let addr = self.b.ins().iadd(p, off);
+                self.b.ins().load(F, flags(), addr, 0)
+            })
+            .collect();
+        let x = self.elem_value(&e, &loaded);
+        let next_acc = match out {
+            Some((_, out_data)) => {
+                let addr = self.b.ins().iadd(out_data, off);
+                self.b.ins().store(flags(), x, addr, 0);
+                acc
+            }
+            None => self.b.ins().fadd(acc, x),
+        };
+        let next = self.b.ins().iadd_imm_s(k, 1);
+        self.b.ins().jump(header, &[next.into(), next_acc.into()]);
+        self.b.switch_to_block(exit);
+        let result = match out {
+            Some((out, _)) => out,
+            None => total,
+        };
+        let r = d.result.ok_or("a fused root has no result")?;
+        self.vals[r.index()] = Some(result);
+        Ok(())
+    }
+
     fn fmin_max(&mut self, op: FBinOp, a: CValue, b: CValue) -> CValue {
         // `b` only when strictly better; NaN in either gives NaN (as the interpreter).
         let cc = if op == FBinOp::Min { FloatCC::LessThan } else { FloatCC::GreaterThan };
@@ -477,15 +655,7 @@ impl FnLower<'_, '_> {
             Op::FConst(c) => Some(self.b.ins().f64const(*c)),
             Op::IConst(c) => Some(self.b.ins().iconst(types::I64, *c)),
             Op::BConst(c) => Some(self.b.ins().iconst(types::I8, *c as i64)),
-            Op::FBinary(op) => Some(match op {
-                FBinOp::Add => self.b.ins().fadd(args[0], args[1]),
-                FBinOp::Sub => self.b.ins().fsub(args[0], args[1]),
-                FBinOp::Mul => self.b.ins().fmul(args[0], args[1]),
-                FBinOp::Div => self.b.ins().fdiv(args[0], args[1]),
-                FBinOp::Min | FBinOp::Max => self.fmin_max(*op, args[0], args[1]),
-                FBinOp::Pow => self.rt_call("mc_pow", &args).unwrap_or(args[0]),
-                FBinOp::Atan2 => self.rt_call("mc_atan2", &args).unwrap_or(args[0]),
-            }),
+            Op::FBinary(op) => Some(self.fbinary(*op, args[0], args[1])),
             Op::FUnary(op) => Some(self.unary(*op, args[0])),
             Op::FPowI => self.rt_call("mc_powi", &args),
             Op::IBinary(op) => {

@@ -108,7 +108,6 @@ fn same_shape(a: ArrayRef, b: ArrayRef) -> Result<(), Kind> {
     Ok(())
 }
 
-/// Allocates an array of the given element kind and shape (zeroed).
 /// A new array; its elements are left as they are (every caller writes them all)
 /// unless `zeroed`.
 pub(crate) fn new_array_with(
@@ -306,6 +305,17 @@ pub(crate) extern "C" fn mc_copy_into(ctx: *mut Ctx, site: i64, elem: i64, dst: 
 
 pub(crate) extern "C" fn mc_zeros_like(ctx: *mut Ctx, site: i64, src: *mut u8) -> *mut u8 {
     guard(ctx, site, || Ok(Ptr(new_array_with(ctx, ELEM_F64, &arr(src)?.shape(), true)?.header))).0
+}
+
+/// Fails unless two arrays have one shape (the check of a fused elementwise map).
+pub(crate) extern "C" fn mc_same_shape(ctx: *mut Ctx, site: i64, a: *mut u8, b: *mut u8) {
+    guard(ctx, site, || same_shape(arr(a)?, arr(b)?))
+}
+
+/// A new `f64` array of the shape of `like`, its elements unset (a fused map's result;
+/// the caller writes every element).
+pub(crate) extern "C" fn mc_array_like(ctx: *mut Ctx, site: i64, like: *mut u8) -> *mut u8 {
+    guard(ctx, site, || Ok(Ptr(new_array(ctx, ELEM_F64, &arr(like)?.shape())?.header))).0
 }
 
 pub(crate) extern "C" fn mc_sum_f64(ctx: *mut Ctx, site: i64, a: *mut u8) -> f64 {

@@ -1,0 +1,253 @@
+//! Which elementwise array operations are computed inside their consumer's loop
+//! instead of each making an array of its own (`sum(exp(x - m))` becomes one loop).
+//!
+//! An `f64` elementwise map is *fused* into its consumer when
+//! - its result has exactly one use, by an `f64` map or an `f64` `sum` of the same
+//!   block (the consumer),
+//! - and every instruction between the two can neither write memory nor fail, or is
+//!   fused into the same root.
+//!
+//! The first condition means no one else sees the intermediate array; the second
+//! that the arrays the fused loop reads hold, when the loop runs at the root's place,
+//! what they held at each map's place, and that shape errors are still reported in
+//! program order (the root checks every fused operand pair, in order, before its
+//! loop). A fused group is lowered as one loop at its *root*, the consumer that is
+//! not itself fused; the members emit nothing where they stand.
+//!
+//! Fusion changes no result bit: each element goes through the same scalar
+//! operations as in the runtime's loops, and a fused `sum` adds in the same order.
+
+use std::collections::{HashMap, HashSet};
+
+use mcir_ir::entity::EntityRef;
+use mcir_ir::{Function, Inst, Op, TypeTable, Value};
+
+/// The members of fused groups: maps lowered as part of a later instruction's loop.
+pub(crate) fn fused_members(f: &Function, types: &TypeTable) -> HashSet<Inst> {
+    let mut def: HashMap<Value, Inst> = HashMap::new();
+    let mut uses: Vec<u32> = vec![0; f.values.len()];
+    let mut user: HashMap<Value, Inst> = HashMap::new();
+    for (_, data) in f.blocks.iter() {
+        for &i in &data.insts {
+            let d = &f.insts[i];
+            if let Some(r) = d.result {
+                def.insert(r, i);
+            }
+            for &a in &d.args {
+                if let Some(n) = uses.get_mut(a.index()) {
+                    *n += 1;
+                }
+                user.insert(a, i);
+            }
+        }
+        for a in data.term.uses() {
+            if let Some(n) = uses.get_mut(a.index()) {
+                *n += 1;
+            }
+        }
+    }
+    let f64_array =
+        |v: Value| types.as_array(f.value_type(v)).is_some_and(|(e, _)| e == mcir_ir::Scalar::F64);
+    // Candidates: each fusible map with its single consumer and their block positions.
+    let mut consumer: HashMap<Inst, Inst> = HashMap::new();
+    let mut position: HashMap<Inst, (usize, usize)> = HashMap::new();
+    for (bi, (_, data)) in f.blocks.iter().enumerate() {
+        for (k, &i) in data.insts.iter().enumerate() {
+            position.insert(i, (bi, k));
+        }
+    }
+    for (_, data) in f.blocks.iter() {
+        for &i in &data.insts {
+            let d = &f.insts[i];
+            let Some(r) = d.result else { continue };
+            if !is_map(&d.op) || !f64_array(r) || uses.get(r.index()) != Some(&1) {
+                continue;
+            }
+            let Some(&c) = user.get(&r) else { continue };
+            let cd = &f.insts[c];
+            let consumes = (is_map(&cd.op) && cd.result.is_some_and(f64_array))
+                || (matches!(cd.op, Op::Sum) && cd.result.is_some_and(|s| f.value_type(s) == TypeTable::F64));
+            let same_block = position.get(&i).map(|p| p.0) == position.get(&c).map(|p| p.0);
+            if consumes && same_block && position[&i].1 < position[&c].1 {
+                consumer.insert(i, c);
+            }
+        }
+    }
+    // Drop members whose span to their consumer holds something that is neither quiet
+    // nor part of the same group, until nothing changes.
+    let blocks: Vec<&[Inst]> = f.blocks.iter().map(|(_, d)| d.insts.as_slice()).collect();
+    loop {
+        let root = |mut i: Inst, consumer: &HashMap<Inst, Inst>| {
+            while let Some(&c) = consumer.get(&i) {
+                i = c;
+            }
+            i
+        };
+        let mut dropped = Vec::new();
+        for (&m, &c) in &consumer {
+            let (bi, from) = position[&m];
+            let to = position[&c].1;
+            let r = root(m, &consumer);
+            let blocked = blocks[bi][from + 1..to].iter().any(|&between| {
+                let quiet = is_quiet(f, types, between);
+                let same_group = consumer.contains_key(&between) && root(between, &consumer) == r;
+                !quiet && !same_group
+            });
+            if blocked {
+                dropped.push(m);
+            }
+        }
+        if dropped.is_empty() {
+            break;
+        }
+        for m in dropped {
+            consumer.remove(&m);
+        }
+    }
+    consumer.into_keys().collect()
+}
+
+/// The elementwise `f64` maps that can be fused.
+fn is_map(op: &Op) -> bool {
+    matches!(op, Op::MapFBinary(_) | Op::MapFUnary(_) | Op::MapFPowI)
+}
+
+/// Whether an instruction neither writes memory nor can fail (so fused work may move
+/// across it).
+fn is_quiet(f: &Function, types: &TypeTable, i: Inst) -> bool {
+    let d = &f.insts[i];
+    match &d.op {
+        Op::FConst(_)
+        | Op::IConst(_)
+        | Op::BConst(_)
+        | Op::FBinary(_)
+        | Op::FUnary(_)
+        | Op::FPowI
+        | Op::FCmp(_)
+        | Op::ICmp(_)
+        | Op::BCmp(_)
+        | Op::Not
+        | Op::IToF
+        | Op::ArrayDim(_)
+        | Op::TrustedLoad
+        | Op::TupleGet(_)
+        | Op::StructGet(..)
+        | Op::Select
+        | Op::RefLoad
+        | Op::MutLoad(..)
+        | Op::MapFUnary(_)
+        | Op::MapFPowI => true,
+        // An `f64` sum cannot fail (an `i64` sum can overflow).
+        Op::Sum => d.result.is_some_and(|r| f.value_type(r) == TypeTable::F64),
+        // With one scalar operand there is no shape to check.
+        Op::MapFBinary(_) => d.args.iter().any(|&a| types.as_array(f.value_type(a)).is_none()),
+        Op::IBinary(_)
+        | Op::IUnary(_)
+        | Op::FToI
+        | Op::ArrayFill
+        | Op::ArrayLit(_)
+        | Op::Load
+        | Op::Store
+        | Op::TrustedStore
+        | Op::ArrayCopy
+        | Op::CopyInto
+        | Op::Dot
+        | Op::MapIBinary(_)
+        | Op::RefNew
+        | Op::RefStore
+        | Op::TupleNew
+        | Op::StructNew(_)
+        | Op::MutStore(..)
+        | Op::ZerosLike
+        | Op::AddInto
+        | Op::Axpy
+        | Op::MoveAdd
+        | Op::StackNew
+        | Op::StackPush
+        | Op::StackPop
+        | Op::StackPeek
+        | Op::Call(_)
+        | Op::Print => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fused_members;
+    use mcir_ir::entity::EntityRef;
+
+    /// The results of the fused maps of the only function of `ir`, by value number.
+    fn fused(ir: &str) -> Vec<usize> {
+        let m = mcir_ir::parse_module(ir).expect("parses");
+        let (_, f) = m.funcs.iter().next().expect("a function");
+        let mut out: Vec<usize> = fused_members(f, &m.types)
+            .into_iter()
+            .filter_map(|i| f.insts[i].result)
+            .map(|v| v.index())
+            .collect();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn a_chain_into_a_sum_is_fused_across_quiet_instructions() {
+        let ir = "fn @f(%x_0: f64[], %y_1: f64[]) -> f64 {
+bb0:
+    %2: f64[] = map.fsub %x_0, %y_1
+    %3: f64[] = map.exp %2
+    %4: f64 = fconst 3.0
+    %5: f64[] = map.fmul %3, %4
+    %6: f64 = array.sum %5
+    ret %6
+}
+";
+        assert_eq!(fused(ir), vec![2, 3, 5]);
+    }
+
+    #[test]
+    fn a_store_between_a_map_and_its_use_prevents_fusion() {
+        let ir = "fn @f(%x_0: f64[]) -> f64 {
+bb0:
+    %1: f64 = fconst 2.0
+    %2: f64[] = map.fmul %x_0, %1
+    %3: i64 = iconst 0
+    store %x_0[%3], %1
+    %5: f64 = array.sum %2
+    ret %5
+}
+";
+        assert_eq!(fused(ir), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn an_intermediate_used_twice_is_materialised() {
+        let ir = "fn @f(%x_0: f64[]) -> f64[] {
+bb0:
+    %1: f64 = fconst 2.0
+    %2: f64[] = map.fsub %x_0, %1
+    %3: f64[] = map.fmul %2, %2
+    %4: f64[] = map.abs %3
+    ret %4
+}
+";
+        assert_eq!(fused(ir), vec![3]);
+    }
+
+    #[test]
+    fn a_shape_check_of_another_group_in_between_prevents_fusion() {
+        // Fusing %2 into %6 would move its shape check after that of %3 (fused into %4).
+        let ir = "fn @f(%x_0: f64[], %y_1: f64[]) -> f64 {
+bb0:
+    %2: f64[] = map.fsub %x_0, %y_1
+    %3: f64[] = map.fadd %y_1, %x_0
+    %4: f64 = array.sum %3
+    %5: f64 = fconst 1.0
+    %6: f64[] = map.fmul %2, %5
+    %7: f64 = array.sum %6
+    %8: f64 = fadd %4, %7
+    ret %8
+}
+";
+        assert_eq!(fused(ir), vec![3, 6]);
+    }
+}
