@@ -160,6 +160,8 @@ pub(crate) struct CountedHeader {
     pub init: Value,
     /// Which of the header's incoming edges comes from outside.
     pub entry_edge: usize,
+    /// Whether the back edge adds a positive constant (else a negative one).
+    pub counts_up: bool,
 }
 
 /// The counted loop headers of `f`, by block index.
@@ -188,17 +190,21 @@ pub(crate) fn counted_headers(f: &Function, edges: &[Vec<Edge>]) -> Vec<Option<C
             let Some(&next) = latch.args.get(k) else { continue };
             let mcir_ir::ValueDef::Inst(i) = f.values[next].def else { continue };
             let d = &f.insts[i];
-            let is_const = |v: Value| match f.values[v].def {
-                mcir_ir::ValueDef::Inst(c) => matches!(f.insts[c].op, Op::IConst(n) if n != 0),
-                _ => false,
+            let step = |v: Value| match f.values[v].def {
+                mcir_ir::ValueDef::Inst(c) => match f.insts[c].op {
+                    Op::IConst(n) if n != 0 => Some(n),
+                    _ => None,
+                },
+                _ => None,
             };
-            let steps = matches!(d.op, Op::IBinary(mcir_ir::IBinOp::Add))
-                && ((d.args[0] == p && is_const(d.args[1])) || (d.args[1] == p && is_const(d.args[0])));
-            if steps {
-                if let Some(&init) = entry.args.get(k) {
-                    out[h.index()] = Some(CountedHeader { param: p, init, entry_edge });
-                    break;
-                }
+            let step = match d.op {
+                Op::IBinary(mcir_ir::IBinOp::Add) if d.args[0] == p => step(d.args[1]),
+                Op::IBinary(mcir_ir::IBinOp::Add) if d.args[1] == p => step(d.args[0]),
+                _ => None,
+            };
+            if let (Some(step), Some(&init)) = (step, entry.args.get(k)) {
+                out[h.index()] = Some(CountedHeader { param: p, init, entry_edge, counts_up: step > 0 });
+                break;
             }
         }
     }

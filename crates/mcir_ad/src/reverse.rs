@@ -616,23 +616,28 @@ impl<'a> Reverse<'a> {
             self.e.func.set_terminator(self.e.block, Terminator::Jump(t), data.term_span);
             return Ok(());
         }
-        let k = match self.counted.get(b.index()).copied().flatten() {
+        // A counted header was entered from outside exactly when its counter holds its
+        // initial value: the counter moves one way only (its steps are checked for
+        // overflow), so `<=` (or `>=`) says the same as `==` and, on the other branch,
+        // tells range analysis the counter is past its start.
+        let first = match self.counted.get(b.index()).copied().flatten() {
             Some(c) => {
-                // Back at the header's first visit exactly when the counter holds its
-                // initial value.
                 let p = self.fwdv(c.param)?;
                 let p0 = self.fwdv(c.init)?;
-                let first = self.e.val(Op::ICmp(CmpOp::Eq), vec![p, p0], TypeTable::BOOL);
-                let entry = self.e.iconst(c.entry_edge as i64);
-                let back = self.e.iconst(1 - c.entry_edge as i64);
-                self.e.val(Op::Select, vec![first, entry, back], TypeTable::I64)
+                let cmp = if c.counts_up { CmpOp::Le } else { CmpOp::Ge };
+                Some((self.e.val(Op::ICmp(cmp), vec![p, p0], TypeTable::BOOL), c.entry_edge))
             }
+            None => None,
+        };
+        let k = match first {
+            Some(_) => None,
             None => {
                 let stack = self.path_stack();
-                self.e.val(Op::StackPop, vec![stack], TypeTable::I64)
+                let k = self.e.val(Op::StackPop, vec![stack], TypeTable::I64);
+                self.e.name(k, Some("from".to_string()));
+                Some(k)
             }
         };
-        self.e.name(k, Some("from".to_string()));
         let mut targets = Vec::new();
         for &edge in edges {
             let eb = self.e.func.add_block();
@@ -643,7 +648,17 @@ impl<'a> Reverse<'a> {
             targets.push(BlockCall { block: eb, args: vec![] });
         }
         self.e.block = rb;
-        self.dispatch(k, targets)
+        match (first, k) {
+            (Some((cond, entry_edge)), _) if targets.len() == 2 => {
+                let back = targets.remove(1 - entry_edge);
+                let entry = targets.remove(0);
+                let term = Terminator::Branch { cond, then_dest: entry, else_dest: back };
+                self.e.func.set_terminator(rb, term, data.term_span);
+                Ok(())
+            }
+            (_, Some(k)) => self.dispatch(k, targets),
+            _ => Err(self.err("a counted loop header without two incoming edges".to_string())),
+        }
     }
 
     /// Adjoints for the end of the block an edge leaves: what flows through `b` unchanged,

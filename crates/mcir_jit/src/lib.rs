@@ -228,14 +228,17 @@ impl Jit {
             let id = jit.declare_function(name, Linkage::Import, &sig).map_err(|e| err(&e))?;
             runtime.insert(name, id);
         }
-        // Slow paths taken rarely from hot code (a new arena window, a bigger stack) go
-        // through helpers that preserve every register, so that values live across them
-        // (a loop's accumulator) need not leave their registers.
+        // Slow paths taken rarely from hot code (a new arena window, a bigger stack, the
+        // time-limit test of a counted loop) go through helpers that preserve every
+        // register, so that values live across them (a loop's accumulator) need not
+        // leave their registers.
         let mut helpers: Vec<(CFuncId, String, cranelift_codegen::Context)> = Vec::new();
-        for (helper, target) in [("alloc_refill", "mc_refill"), ("stack_grow", "mc_stack_grow")] {
+        for (helper, target, arity) in
+            [("alloc_refill", "mc_refill", 3), ("stack_grow", "mc_stack_grow", 3), ("poll", "mc_poll", 2)]
+        {
             let mut rsig = jit.make_signature();
             rsig.call_conv = cranelift_codegen::isa::CallConv::PreserveAll;
-            for _ in 0..3 {
+            for _ in 0..arity {
                 rsig.params.push(AbiParam::new(types::I64));
             }
             let id = jit.declare_function(helper, Linkage::Local, &rsig).map_err(|e| err(&e))?;
@@ -407,6 +410,9 @@ impl Jit {
             jit.define_function_bytes(*id, align, code.code_buffer(), &relocs).map_err(|e| err(&e))?;
         }
         jit.finalize_definitions().map_err(|e| err(&e))?;
+        if std::env::var_os("MCIR_PERF_MAP").is_some() {
+            write_perf_map(&jit, &work);
+        }
         let entries = tramps
             .iter()
             .zip(&is_root)
@@ -467,6 +473,20 @@ impl Jit {
             CallError::Runtime(r) => r,
             CallError::Args(m) => internal(&m),
         })
+    }
+}
+
+/// Names the generated code for `perf` (`/tmp/perf-PID.map`, one line per function:
+/// start, size, name), so profiles of native code show IR function names. Best effort:
+/// a map that cannot be written is left out.
+fn write_perf_map(jit: &JITModule, work: &[(CFuncId, String, cranelift_codegen::Context)]) {
+    use std::io::Write;
+    let path = format!("/tmp/perf-{}.map", std::process::id());
+    let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(path) else { return };
+    for (id, name, ctx) in work {
+        let size = ctx.compiled_code().map_or(0, |c| c.code_buffer().len());
+        let start = jit.get_finalized_function(*id) as usize;
+        let _ = writeln!(file, "{start:x} {size:x} {name}");
     }
 }
 

@@ -53,6 +53,7 @@ rtfns! {
     "mc_array_copy" => mc_array_copy as extern "C" fn(_, _, _, _) -> _, [P, P, P, P] -> Some(P);
     "mc_copy_into" => mc_copy_into as extern "C" fn(_, _, _, _, _), [P, P, P, P, P] -> None;
     "mc_zeros_like" => mc_zeros_like as extern "C" fn(_, _, _) -> _, [P, P, P] -> Some(P);
+    "mc_poll" => mc_poll as extern "C" fn(_, _), [P, P] -> None;
     "mc_same_shape" => mc_same_shape as extern "C" fn(_, _, _, _), [P, P, P, P] -> None;
     "mc_array_like" => mc_array_like as extern "C" fn(_, _, _) -> _, [P, P, P] -> Some(P);
     "mc_sum_f64" => mc_sum_f64 as extern "C" fn(_, _, _) -> _, [P, P, P] -> Some(F);
@@ -132,6 +133,45 @@ struct FnLower<'a, 'b> {
     loop_depth: Vec<u32>,
     /// Maps computed inside a later instruction's loop (see `fuse`), by result value.
     fused: HashMap<Value, mcir_ir::Inst>,
+}
+
+/// A parameter of loop header `h` that every back edge moves by exactly one (`p + 1`,
+/// `p - 1`, `p + -1`), so it passes a multiple of 1024 every 1024 iterations.
+fn unit_step_param(f: &Function, h: mcir_ir::Block, rpo_index: &[usize]) -> Option<Value> {
+    let params = &f.blocks[h].params;
+    let is_unit = |v: Value| {
+        let mcir_ir::ValueDef::Inst(i) = f.values[v].def else { return false };
+        matches!(f.insts[i].op, Op::IConst(1) | Op::IConst(-1))
+    };
+    let steps = |arg: Value, p: Value| {
+        let mcir_ir::ValueDef::Inst(i) = f.values[arg].def else { return false };
+        let d = &f.insts[i];
+        match d.op {
+            Op::IBinary(IBinOp::Add) => {
+                (d.args[0] == p && is_unit(d.args[1])) || (d.args[1] == p && is_unit(d.args[0]))
+            }
+            Op::IBinary(IBinOp::Sub) => d.args[0] == p && is_unit(d.args[1]),
+            _ => false,
+        }
+    };
+    params.iter().enumerate().find_map(|(k, &p)| {
+        if f.value_type(p) != TypeTable::I64 {
+            return None;
+        }
+        let mut back_edges = 0;
+        for (b, data) in f.blocks.iter() {
+            if rpo_index[b.index()] == usize::MAX || rpo_index[b.index()] < rpo_index[h.index()] {
+                continue;
+            }
+            for call in data.term.successors().filter(|c| c.block == h) {
+                back_edges += 1;
+                if !call.args.get(k).is_some_and(|&a| steps(a, p)) {
+                    return None;
+                }
+            }
+        }
+        (back_edges > 0).then_some(p)
+    })
 }
 
 /// One element of a fused elementwise expression.
@@ -247,6 +287,26 @@ impl FnLower<'_, '_> {
         self.check(flag, site, FAIL_TIMEOUT, [z, z, z]);
     }
 
+    /// The time-limit test of a loop whose header has a counter that steps by one:
+    /// every 1024 iterations (when the counter is a multiple of 1024), through the
+    /// runtime and the shared unwinding block. Every other iteration pays one test of
+    /// the counter and keeps the context out of its registers. (A failure block of its
+    /// own, outside the loop, would also stop Cranelift hoisting invariant code out of
+    /// the rest of the loop.)
+    fn poll_every_1024(&mut self, counter: CValue, site: i64) {
+        let low = self.b.ins().band_imm_u(counter, 1023);
+        let poll = self.b.create_block();
+        let cont = self.b.create_block();
+        self.b.ins().brif(low, cont, &[], poll, &[]);
+        self.b.switch_to_block(poll);
+        self.b.set_cold_block(poll);
+        let s = self.b.ins().iconst(P, site);
+        self.rt_call("poll", &[self.ctx, s]);
+        self.status_check();
+        self.b.ins().jump(cont, &[]);
+        self.b.switch_to_block(cont);
+    }
+
     fn run(&mut self) -> Result<(), String> {
         let f = self.f;
         let cfg = ControlFlow::compute(f);
@@ -304,7 +364,10 @@ impl FnLower<'_, '_> {
                 self.interrupt_check(site);
             } else if header[b.index()] {
                 let site = self.site(first_span);
-                self.interrupt_check(site);
+                match unit_step_param(f, b, &rpo_index) {
+                    Some(p) => self.poll_every_1024(self.v(p)?, site),
+                    None => self.interrupt_check(site),
+                }
             }
             for &inst in &data.insts {
                 let d = &f.insts[inst];
@@ -664,6 +727,7 @@ impl FnLower<'_, '_> {
                 let (a, b) = (args[0], args[1]);
                 Some(match op {
                     IBinOp::Add if self.proofs.no_overflow.contains(&inst) => self.b.ins().iadd(a, b),
+                    IBinOp::Sub if self.proofs.no_overflow.contains(&inst) => self.b.ins().isub(a, b),
                     IBinOp::Add | IBinOp::Sub | IBinOp::Mul => {
                         let (r, of) = match op {
                             IBinOp::Add => self.b.ins().sadd_overflow(a, b),

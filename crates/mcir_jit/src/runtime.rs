@@ -186,6 +186,16 @@ pub(crate) extern "C" fn mc_fail(ctx: *mut Ctx, site: i64, code: i64, a: i64, b:
     fail(ctx, site, kind);
 }
 
+/// Fails with a timeout if the watchdog has raised the context's interrupt flag (the
+/// test that loops with a unit-step counter make every 1024 iterations).
+pub(crate) extern "C" fn mc_poll(ctx: *mut Ctx, site: i64) {
+    // SAFETY: the context is valid for the call; the flag is only read atomically.
+    let raised = unsafe { (*ctx).interrupt.load(std::sync::atomic::Ordering::Relaxed) } != 0;
+    if raised {
+        fail(ctx, site, Kind::Timeout(rt(ctx).timeout));
+    }
+}
+
 /// Makes the context's window hold at least `bytes` more bytes.
 pub(crate) extern "C" fn mc_refill(ctx: *mut Ctx, site: i64, bytes: i64) {
     guard(ctx, site, || {
