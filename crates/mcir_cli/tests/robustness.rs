@@ -335,26 +335,32 @@ fn non_utf8_and_empty_programs() {
 }
 
 /// `--timeout` stops a program that never ends, on native code and on the interpreter,
-/// with an error that names the function and shows the line.
+/// with an error that names the function and shows the line: a `while` loop (tested
+/// every iteration) and a counted loop (tested every 1024 iterations in native code).
 #[test]
 fn timeout_stops_native_code_and_the_interpreter() {
-    let path = tempfile_path("forever.mcir");
-    std::fs::write(
-        &path,
-        "fn spin(x: f64) -> f64 {\n    let mut s = x;\n    while s > -1.0 { s += 1.0; }\n    return s;\n}\n",
-    )
-    .unwrap();
-    let p = path.to_str().unwrap();
-    for extra in [&[][..], &["--interp"][..]] {
-        for cmd in ["run", "grad"] {
-            let mut words = vec![cmd, p, "--args", "[1.0]", "--timeout", "0.2"];
-            words.extend(extra);
-            let started = std::time::Instant::now();
-            let out = mcc(&words);
-            assert_eq!(out.code, 1, "{cmd} {extra:?}: {}", out.stderr);
-            assert!(out.stderr.contains("timed out") && out.stderr.contains("`spin`"), "{}", out.stderr);
-            assert!(out.stderr.contains(":3:"), "the error shows the loop's line: {}", out.stderr);
-            assert!(started.elapsed().as_secs_f64() < 5.0);
+    let programs = [
+        ("forever.mcir", "fn spin(x: f64) -> f64 {\n    let mut s = x;\n    while s > -1.0 { s += 1.0; }\n    return s;\n}\n"),
+        (
+            "counted.mcir",
+            "fn spin(x: f64) -> f64 {\n    let mut s = x;\n    for i in 0..4000000000000000 { s += 1.0; }\n    return s;\n}\n",
+        ),
+    ];
+    for (name, text) in programs {
+        let path = tempfile_path(name);
+        std::fs::write(&path, text).unwrap();
+        let p = path.to_str().unwrap();
+        for extra in [&[][..], &["--interp"][..]] {
+            for cmd in ["run", "grad"] {
+                let mut words = vec![cmd, p, "--args", "[1.0]", "--timeout", "0.2"];
+                words.extend(extra);
+                let started = std::time::Instant::now();
+                let out = mcc(&words);
+                assert_eq!(out.code, 1, "{name} {cmd} {extra:?}: {}", out.stderr);
+                assert!(out.stderr.contains("timed out") && out.stderr.contains("`spin`"), "{}", out.stderr);
+                assert!(out.stderr.contains(":3:"), "the error shows the loop's line: {}", out.stderr);
+                assert!(started.elapsed().as_secs_f64() < 5.0);
+            }
         }
     }
 }
