@@ -24,16 +24,11 @@ use mcir_ir::{Function, Inst, Op, TypeTable, Value};
 
 /// The members of fused groups: maps lowered as part of a later instruction's loop.
 pub(crate) fn fused_members(f: &Function, types: &TypeTable) -> HashSet<Inst> {
-    let mut def: HashMap<Value, Inst> = HashMap::new();
     let mut uses: Vec<u32> = vec![0; f.values.len()];
     let mut user: HashMap<Value, Inst> = HashMap::new();
     for (_, data) in f.blocks.iter() {
         for &i in &data.insts {
-            let d = &f.insts[i];
-            if let Some(r) = d.result {
-                def.insert(r, i);
-            }
-            for &a in &d.args {
+            for &a in &f.insts[i].args {
                 if let Some(n) = uses.get_mut(a.index()) {
                     *n += 1;
                 }
@@ -77,26 +72,27 @@ pub(crate) fn fused_members(f: &Function, types: &TypeTable) -> HashSet<Inst> {
     // nor part of the same group, until nothing changes.
     let blocks: Vec<&[Inst]> = f.blocks.iter().map(|(_, d)| d.insts.as_slice()).collect();
     loop {
-        let root = |mut i: Inst, consumer: &HashMap<Inst, Inst>| {
-            while let Some(&c) = consumer.get(&i) {
-                i = c;
-            }
-            i
-        };
-        let mut dropped = Vec::new();
-        for (&m, &c) in &consumer {
-            let (bi, from) = position[&m];
-            let to = position[&c].1;
-            let r = root(m, &consumer);
-            let blocked = blocks[bi][from + 1..to].iter().any(|&between| {
-                let quiet = is_quiet(f, types, between);
-                let same_group = consumer.contains_key(&between) && root(between, &consumer) == r;
-                !quiet && !same_group
-            });
-            if blocked {
-                dropped.push(m);
+        // Each member's root, from the end of each block back (a consumer comes after
+        // its members).
+        let mut root: HashMap<Inst, Inst> = HashMap::new();
+        for insts in &blocks {
+            for &i in insts.iter().rev() {
+                if let Some(&c) = consumer.get(&i) {
+                    root.insert(i, root.get(&c).copied().unwrap_or(c));
+                }
             }
         }
+        let dropped: Vec<Inst> = consumer
+            .iter()
+            .filter(|&(m, c)| {
+                let (bi, from) = position[m];
+                let r = root.get(m);
+                blocks[bi][from + 1..position[c].1]
+                    .iter()
+                    .any(|between| !is_quiet(f, types, *between) && root.get(between) != r)
+            })
+            .map(|(&m, _)| m)
+            .collect();
         if dropped.is_empty() {
             break;
         }
@@ -113,61 +109,26 @@ fn is_map(op: &Op) -> bool {
 }
 
 /// Whether an instruction neither writes memory nor can fail (so fused work may move
-/// across it).
+/// across it): an op without effect (`Op::has_effect`) that does not allocate, and a few
+/// that have one only in general.
 fn is_quiet(f: &Function, types: &TypeTable, i: Inst) -> bool {
     let d = &f.insts[i];
     match &d.op {
-        Op::FConst(_)
-        | Op::IConst(_)
-        | Op::BConst(_)
-        | Op::FBinary(_)
-        | Op::FUnary(_)
-        | Op::FPowI
-        | Op::FCmp(_)
-        | Op::ICmp(_)
-        | Op::BCmp(_)
-        | Op::Not
-        | Op::IToF
-        | Op::ArrayDim(_)
-        | Op::TrustedLoad
-        | Op::TupleGet(_)
-        | Op::StructGet(..)
-        | Op::Select
-        | Op::RefLoad
-        | Op::MutLoad(..)
-        | Op::MapFUnary(_)
-        | Op::MapFPowI => true,
+        // Its effect is reading memory, which fused loops do not write.
+        Op::TrustedLoad => true,
         // An `f64` sum cannot fail (an `i64` sum can overflow).
         Op::Sum => d.result.is_some_and(|r| f.value_type(r) == TypeTable::F64),
         // With one scalar operand there is no shape to check.
         Op::MapFBinary(_) => d.args.iter().any(|&a| types.as_array(f.value_type(a)).is_none()),
-        Op::IBinary(_)
-        | Op::IUnary(_)
-        | Op::FToI
-        | Op::ArrayFill
+        // Allocations may reach the allocation limit.
+        Op::ArrayCopy
         | Op::ArrayLit(_)
-        | Op::Load
-        | Op::Store
-        | Op::TrustedStore
-        | Op::ArrayCopy
-        | Op::CopyInto
-        | Op::Dot
-        | Op::MapIBinary(_)
         | Op::RefNew
-        | Op::RefStore
         | Op::TupleNew
         | Op::StructNew(_)
-        | Op::MutStore(..)
         | Op::ZerosLike
-        | Op::AddInto
-        | Op::Axpy
-        | Op::MoveAdd
-        | Op::StackNew
-        | Op::StackPush
-        | Op::StackPop
-        | Op::StackPeek
-        | Op::Call(_)
-        | Op::Print => false,
+        | Op::StackNew => false,
+        op => !op.has_effect(),
     }
 }
 
