@@ -192,7 +192,7 @@ pub(crate) extern "C" fn mc_poll(ctx: *mut Ctx, site: i64) {
     // SAFETY: the context is valid for the call; the flag is only read atomically.
     let raised = unsafe { (*ctx).interrupt.load(std::sync::atomic::Ordering::Relaxed) } != 0;
     if raised {
-        fail(ctx, site, Kind::Timeout(rt(ctx).timeout));
+        mc_fail(ctx, site, FAIL_TIMEOUT, 0, 0, 0);
     }
 }
 
