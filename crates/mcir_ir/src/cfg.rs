@@ -103,6 +103,18 @@ impl ControlFlow {
             }
         }
     }
+    /// The blocks whose edges into `h` are back edges (not before `h` in reverse
+    /// post-order), one per edge; `h` is a loop header when there is one.
+    pub fn latches(&self, h: Block) -> impl Iterator<Item = Block> + '_ {
+        let at = self.rpo_index.get(h.index()).copied().unwrap_or(usize::MAX);
+        self.preds
+            .get(h.index())
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(move |&p| at != usize::MAX && self.is_reachable(p) && self.rpo_index[p.index()] >= at)
+    }
+
     /// How many loops contain each block (by block index): a loop is a back edge
     /// `b -> h` (`h` before `b` in reverse post-order) with every block that reaches
     /// `b` without passing through `h`. Unreachable blocks are at depth 0.
@@ -114,11 +126,7 @@ impl ControlFlow {
         let mut loop_id = 0usize;
         for &h in &self.rpo {
             // Each header counts once, however many back edges enter it.
-            let latches: Vec<Block> = self.preds[h.index()]
-                .iter()
-                .copied()
-                .filter(|&p| self.is_reachable(p) && self.rpo_index[p.index()] >= self.rpo_index[h.index()])
-                .collect();
+            let latches: Vec<Block> = self.latches(h).collect();
             if latches.is_empty() {
                 continue;
             }

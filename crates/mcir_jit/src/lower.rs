@@ -137,8 +137,7 @@ struct FnLower<'a, 'b> {
 
 /// A parameter of loop header `h` that every back edge moves by exactly one (`p + 1`,
 /// `p - 1`, `p + -1`), so it passes a multiple of 1024 every 1024 iterations.
-fn unit_step_param(f: &Function, h: mcir_ir::Block, rpo_index: &[usize]) -> Option<Value> {
-    let params = &f.blocks[h].params;
+fn unit_step_param(f: &Function, h: mcir_ir::Block, cfg: &ControlFlow) -> Option<Value> {
     let is_unit = |v: Value| {
         let mcir_ir::ValueDef::Inst(i) = f.values[v].def else { return false };
         matches!(f.insts[i].op, Op::IConst(1) | Op::IConst(-1))
@@ -154,23 +153,15 @@ fn unit_step_param(f: &Function, h: mcir_ir::Block, rpo_index: &[usize]) -> Opti
             _ => false,
         }
     };
-    params.iter().enumerate().find_map(|(k, &p)| {
-        if f.value_type(p) != TypeTable::I64 {
-            return None;
-        }
-        let mut back_edges = 0;
-        for (b, data) in f.blocks.iter() {
-            if rpo_index[b.index()] == usize::MAX || rpo_index[b.index()] < rpo_index[h.index()] {
-                continue;
-            }
-            for call in data.term.successors().filter(|c| c.block == h) {
-                back_edges += 1;
-                if !call.args.get(k).is_some_and(|&a| steps(a, p)) {
-                    return None;
-                }
-            }
-        }
-        (back_edges > 0).then_some(p)
+    let back_edges: Vec<&BlockCall> =
+        cfg.latches(h).flat_map(|l| f.blocks[l].term.successors().filter(|c| c.block == h)).collect();
+    if back_edges.is_empty() {
+        return None;
+    }
+    f.blocks[h].params.iter().enumerate().find_map(|(k, &p)| {
+        let counts = f.value_type(p) == TypeTable::I64
+            && back_edges.iter().all(|call| call.args.get(k).is_some_and(|&a| steps(a, p)));
+        counts.then_some(p)
     })
 }
 
@@ -334,19 +325,6 @@ impl FnLower<'_, '_> {
                 }
             }
         }
-        // Loop headers: blocks entered by an edge from a block not before them in RPO.
-        let mut rpo_index = vec![usize::MAX; f.blocks.len()];
-        for (k, b) in cfg.rpo.iter().enumerate() {
-            rpo_index[b.index()] = k;
-        }
-        let mut header = vec![false; f.blocks.len()];
-        for &b in &cfg.rpo {
-            for s in f.blocks[b].term.successors() {
-                if rpo_index[s.block.index()] <= rpo_index[b.index()] {
-                    header[s.block.index()] = true;
-                }
-            }
-        }
         for (k, &b) in cfg.rpo.iter().enumerate() {
             let data = &f.blocks[b];
             self.b.switch_to_block(self.blocks[b.index()]);
@@ -362,9 +340,9 @@ impl FnLower<'_, '_> {
                 self.check(low, site, FAIL_DEPTH, [max, z, z]);
                 let site = self.site(first_span);
                 self.interrupt_check(site);
-            } else if header[b.index()] {
+            } else if cfg.latches(b).next().is_some() {
                 let site = self.site(first_span);
-                match unit_step_param(f, b, &rpo_index) {
+                match unit_step_param(f, b, &cfg) {
                     Some(p) => self.poll_every_1024(self.v(p)?, site),
                     None => self.interrupt_check(site),
                 }
