@@ -278,6 +278,27 @@ fn rk4_inputs() -> ([f64; 7], usize) {
     (std::array::from_fn(|i| v[i]), j[7].as_u64().expect("steps") as usize)
 }
 
+/// The arguments of `rk4.mcir`: the seven inputs and the step count.
+fn rk4_args(p: &[f64; 7], steps: usize) -> [Arg<'static>; 8] {
+    let [a, b, d, c, x, y, h] = p.map(Arg::F64);
+    [a, b, d, c, x, y, h, Arg::I64(steps as i64)]
+}
+
+/// Where the gradient of `rk4.mcir` goes: the seven inputs, not the step count.
+fn rk4_slots(g: &mut [f64; 7]) -> [GradSlot<'_>; 8] {
+    let [g0, g1, g2, g3, g4, g5, g6] = g;
+    [
+        GradSlot::F64(g0),
+        GradSlot::F64(g1),
+        GradSlot::F64(g2),
+        GradSlot::F64(g3),
+        GradSlot::F64(g4),
+        GradSlot::F64(g5),
+        GradSlot::F64(g6),
+        GradSlot::Skip,
+    ]
+}
+
 /// The hand-written gradients agree with mcir's, so the comparison is of equal work.
 fn check_baselines() {
     let close = |a: &[f64], b: &[f64], what: &str| {
@@ -305,28 +326,9 @@ fn check_baselines() {
     let mut hand = [0.0; 7];
     let hv = rk4_gradient(p, steps, &mut hand);
     let mut gs = [0.0; 7];
-    let [g0, g1, g2, g3, g4, g5, g6] = &mut gs;
-    let mut args = [
-        Arg::F64(p[0]),
-        Arg::F64(p[1]),
-        Arg::F64(p[2]),
-        Arg::F64(p[3]),
-        Arg::F64(p[4]),
-        Arg::F64(p[5]),
-        Arg::F64(p[6]),
-        Arg::I64(steps as i64),
-    ];
-    let mut slots = [
-        GradSlot::F64(g0),
-        GradSlot::F64(g1),
-        GradSlot::F64(g2),
-        GradSlot::F64(g3),
-        GradSlot::F64(g4),
-        GradSlot::F64(g5),
-        GradSlot::F64(g6),
-        GradSlot::Skip,
-    ];
-    let v = prepared("rk4").value_and_gradient(&mut args, &mut slots).expect("gradient");
+    let v = prepared("rk4")
+        .value_and_gradient(&mut rk4_args(&p, steps), &mut rk4_slots(&mut gs))
+        .expect("gradient");
     close(&[hv], &[v], "rk4");
     close(&hand, &gs, "rk4");
 }
@@ -508,24 +510,11 @@ mod mlp {
 mod rk4 {
     use super::*;
 
-    fn args(p: &[f64; 7], steps: usize) -> [Arg<'static>; 8] {
-        [
-            Arg::F64(p[0]),
-            Arg::F64(p[1]),
-            Arg::F64(p[2]),
-            Arg::F64(p[3]),
-            Arg::F64(p[4]),
-            Arg::F64(p[5]),
-            Arg::F64(p[6]),
-            Arg::I64(steps as i64),
-        ]
-    }
-
     #[divan::bench]
     fn mcir_primal(b: Bencher) {
         let mut p = prepared("rk4");
         let (inputs, steps) = rk4_inputs();
-        b.bench_local(|| p.call(&mut args(&inputs, steps)).expect("call"));
+        b.bench_local(|| p.call(&mut rk4_args(&inputs, steps)).expect("call"));
     }
 
     #[divan::bench]
@@ -534,18 +523,7 @@ mod rk4 {
         let (inputs, steps) = rk4_inputs();
         let mut g = [0.0; 7];
         b.bench_local(|| {
-            let [g0, g1, g2, g3, g4, g5, g6] = &mut g;
-            let mut slots = [
-                GradSlot::F64(g0),
-                GradSlot::F64(g1),
-                GradSlot::F64(g2),
-                GradSlot::F64(g3),
-                GradSlot::F64(g4),
-                GradSlot::F64(g5),
-                GradSlot::F64(g6),
-                GradSlot::Skip,
-            ];
-            p.value_and_gradient(&mut args(&inputs, steps), &mut slots).expect("gradient")
+            p.value_and_gradient(&mut rk4_args(&inputs, steps), &mut rk4_slots(&mut g)).expect("gradient")
         });
     }
 
