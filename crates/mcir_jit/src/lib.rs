@@ -211,6 +211,15 @@ impl Jit {
         jb.symbol("ceil", ceil as *const u8);
         jb.symbol("trunc", trunc as *const u8);
         jb.symbol("nearbyint", nearbyint as *const u8);
+        // All of the module's code in one reserved region: calls between its functions
+        // are 32-bit relative, which code scattered over the address space (between
+        // other threads' stacks, say) could not reach. The reservation is address space
+        // only (generous for the module's size, within the ±2 GiB a call reaches); code
+        // that outgrows it is an error, not a crash.
+        let insts: usize = module.funcs.iter().map(|(_, f)| f.insts.len()).sum();
+        let reserve = (16usize << 20).saturating_add(insts.saturating_mul(2048)).min(1 << 30);
+        let arena = cranelift_jit::ArenaMemoryProvider::new_with_size(reserve).map_err(|e| err(&e))?;
+        jb.memory_provider(Box::new(arena));
         let mut jit = JITModule::new(jb);
         // Imports.
         let mut runtime: HashMap<&'static str, CFuncId> = HashMap::new();
