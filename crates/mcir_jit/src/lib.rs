@@ -18,7 +18,7 @@ mod lower;
 mod marshal;
 mod runtime;
 
-use cranelift_codegen::ir::{types, AbiParam, InstBuilder, MemFlagsData};
+use cranelift_codegen::ir::{types, AbiParam, Function, InstBuilder, MemFlagsData};
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
@@ -241,7 +241,7 @@ impl Jit {
         // time-limit test of a counted loop) go through helpers that preserve every
         // register, so that values live across them (a loop's accumulator) need not
         // leave their registers.
-        let mut helpers: Vec<(CFuncId, String, cranelift_codegen::Context)> = Vec::new();
+        let mut helpers: Vec<Job> = Vec::new();
         for (helper, target, arity) in
             [("alloc_refill", "mc_refill", 3), ("stack_grow", "mc_stack_grow", 3), ("poll", "mc_poll", 2)]
         {
@@ -251,10 +251,9 @@ impl Jit {
                 rsig.params.push(AbiParam::new(types::I64));
             }
             let id = jit.declare_function(helper, Linkage::Local, &rsig).map_err(|e| err(&e))?;
-            let mut ctx = jit.make_context();
-            ctx.func.signature = rsig.clone();
+            let mut func = Function::with_name_signature(Default::default(), rsig.clone());
             let mut fctx = FunctionBuilderContext::new();
-            let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
+            let mut b = FunctionBuilder::new(&mut func, &mut fctx);
             let blk = b.create_block();
             b.append_block_params_for_function_params(blk);
             b.switch_to_block(blk);
@@ -264,7 +263,7 @@ impl Jit {
             b.ins().return_(&[]);
             b.seal_all_blocks();
             b.finalize(jit.target_config());
-            helpers.push((id, helper.to_string(), ctx));
+            helpers.push(Job::new(id, helper.to_string(), func));
             runtime.insert(helper, id);
         }
         // Functions and their entry trampolines.
@@ -297,13 +296,13 @@ impl Jit {
         let mut sites = Vec::new();
         let mut fctx = FunctionBuilderContext::new();
         let dump = std::env::var_os("MCIR_JIT_DUMP").is_some();
-        let mut work: Vec<(CFuncId, String, cranelift_codegen::Context)> = helpers;
+        let mut work: Vec<Job> = helpers;
         for (id, _) in module.funcs.iter() {
             if !reachable[id.index()] {
                 continue;
             }
             let f = &module.funcs[id];
-            let mut ctx = jit.make_context();
+            let mut func = Function::new();
             {
                 let mut l = lower::Lowering {
                     jit: &mut jit,
@@ -312,22 +311,21 @@ impl Jit {
                     runtime: &runtime,
                     sites: &mut sites,
                 };
-                l.lower(id, &mut ctx.func, &mut fctx).map_err(|e| JitError(format!("@{}: {e}", f.name)))?;
+                l.lower(id, &mut func, &mut fctx).map_err(|e| JitError(format!("@{}: {e}", f.name)))?;
             }
             if std::env::var_os("MCIR_JIT_CLIF").is_some() {
-                eprintln!("; @{}\n{}", f.name, ctx.func.display());
+                eprintln!("; @{}\n{}", f.name, func.display());
             }
-            work.push((funcs[id.index()], f.name.clone(), ctx));
+            work.push(Job::new(funcs[id.index()], f.name.clone(), func));
             // Only the roots are called from Rust, so only they get a trampoline (each
             // compiled function costs a fixed tenth of a millisecond or so).
             if !is_root[id.index()] {
                 continue;
             }
             // The trampoline: unpack arguments from 8-byte slots, call, store the result.
-            let mut ctx = jit.make_context();
-            ctx.func.signature = tramps[id.index()].1.clone();
+            let mut func = Function::with_name_signature(Default::default(), tramps[id.index()].1.clone());
             {
-                let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
+                let mut b = FunctionBuilder::new(&mut func, &mut fctx);
                 let blk = b.create_block();
                 b.append_block_params_for_function_params(blk);
                 b.switch_to_block(blk);
@@ -352,36 +350,27 @@ impl Jit {
                 b.seal_all_blocks();
                 b.finalize(jit.target_config());
             }
-            work.push((tramps[id.index()].0, format!("{} (entry)", f.name), ctx));
+            work.push(Job::new(tramps[id.index()].0, format!("{} (entry)", f.name), func));
         }
-        // Largest first, taken from a shared queue, so the cores finish together.
-        work.sort_by_key(|w| std::cmp::Reverse(w.2.func.dfg.num_insts()));
+        // Largest first, taken from a shared queue, so the cores finish together. Each
+        // core reuses one Cranelift context (its register allocator's memory above all):
+        // a fresh context per function costs more than compiling a small one.
+        work.sort_by_key(|w| std::cmp::Reverse(w.func.dfg.num_insts()));
         let threads =
             std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8).min(work.len().max(1));
         let isa = &*compile_isa;
-        let queue: Vec<std::sync::Mutex<&mut (CFuncId, String, cranelift_codegen::Context)>> =
-            work.iter_mut().map(std::sync::Mutex::new).collect();
+        let queue: Vec<std::sync::Mutex<&mut Job>> = work.iter_mut().map(std::sync::Mutex::new).collect();
         let next = std::sync::atomic::AtomicUsize::new(0);
         let compile_one = || -> Result<(), JitError> {
+            let mut ctx = cranelift_codegen::Context::new();
             loop {
                 let k = next.fetch_add(1, Ordering::Relaxed);
                 let Some(item) = queue.get(k) else { return Ok(()) };
-                let mut guard = item.lock().map_err(|_| JitError("a compile thread panicked".into()))?;
-                let (_, name, ctx) = &mut **guard;
+                let mut job = item.lock().map_err(|_| JitError("a compile thread panicked".into()))?;
+                ctx.clear();
                 ctx.set_disasm(dump);
-                let mut plane = cranelift_codegen::control::ControlPlane::default();
-                let started = std::time::Instant::now();
-                let failed = ctx.compile(isa, &mut plane).err().map(|e| e.inner);
-                if std::env::var_os("MCIR_JIT_TIMES").is_some() {
-                    eprintln!("{name}: {} insts, {:?}", ctx.func.dfg.num_insts(), started.elapsed());
-                }
-                if std::env::var_os("MCIR_JIT_CLIF_OPT").is_some() {
-                    eprintln!("; @{name} (optimised)\n{}", ctx.func.display());
-                }
-                if let Some(e) = failed {
-                    let detail = cranelift_codegen::print_errors::pretty_error(&ctx.func, e);
-                    return Err(JitError(format!("@{name}: {detail}")));
-                }
+                ctx.func = std::mem::replace(&mut job.func, Function::new());
+                job.code = Some(compile_function(&mut ctx, isa, job.id, &job.name)?);
             }
         };
         let results: Vec<Result<(), JitError>> = std::thread::scope(|s| {
@@ -398,25 +387,18 @@ impl Jit {
         for r in results {
             r?;
         }
-        for (id, name, ctx) in &work {
-            let Some(code) = ctx.compiled_code() else {
-                return Err(JitError(format!("@{name} was not compiled")));
+        for job in &work {
+            let Some(code) = &job.code else {
+                return Err(JitError(format!("@{} was not compiled", job.name)));
             };
-            if dump {
-                if let Some(v) = &code.vcode {
-                    eprintln!("; @{name}\n{v}");
-                }
+            if let Some(v) = &code.vcode {
+                eprintln!("; @{}\n{v}", job.name);
             }
-            let align = (code.buffer.alignment as u64)
-                .max(isa.function_alignment().minimum as u64)
-                .max(isa.symbol_alignment());
-            let relocs: Vec<cranelift_module::ModuleReloc> = code
-                .buffer
-                .relocs()
-                .iter()
-                .map(|r| cranelift_module::ModuleReloc::from_mach_reloc(r, &ctx.func, *id))
-                .collect();
-            jit.define_function_bytes(*id, align, code.code_buffer(), &relocs).map_err(|e| err(&e))?;
+            if let Some(dir) = std::env::var_os("MCIR_JIT_BYTES") {
+                let _ =
+                    std::fs::write(std::path::Path::new(&dir).join(format!("{}.bin", job.name)), &code.bytes);
+            }
+            jit.define_function_bytes(job.id, code.align, &code.bytes, &code.relocs).map_err(|e| err(&e))?;
         }
         jit.finalize_definitions().map_err(|e| err(&e))?;
         if std::env::var_os("MCIR_PERF_MAP").is_some() {
@@ -488,15 +470,75 @@ impl Jit {
 /// Names the generated code for `perf` (`/tmp/perf-PID.map`, one line per function:
 /// start, size, name), so profiles of native code show IR function names. Best effort:
 /// a map that cannot be written is left out.
-fn write_perf_map(jit: &JITModule, work: &[(CFuncId, String, cranelift_codegen::Context)]) {
+fn write_perf_map(jit: &JITModule, work: &[Job]) {
     use std::io::Write;
     let path = format!("/tmp/perf-{}.map", std::process::id());
     let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(path) else { return };
-    for (id, name, ctx) in work {
-        let size = ctx.compiled_code().map_or(0, |c| c.code_buffer().len());
-        let start = jit.get_finalized_function(*id) as usize;
-        let _ = writeln!(file, "{start:x} {size:x} {name}");
+    for job in work {
+        let size = job.code.as_ref().map_or(0, |c| c.bytes.len());
+        let start = jit.get_finalized_function(job.id) as usize;
+        let _ = writeln!(file, "{start:x} {size:x} {}", job.name);
     }
+}
+
+/// One function of a module: its Cranelift IR, built on the thread that owns the
+/// module, then its machine code, compiled on any thread.
+struct Job {
+    id: CFuncId,
+    name: String,
+    func: Function,
+    code: Option<MachineCode>,
+}
+
+impl Job {
+    fn new(id: CFuncId, name: String, func: Function) -> Job {
+        Job { id, name, func, code: None }
+    }
+}
+
+/// A compiled function, ready to be defined in the module.
+struct MachineCode {
+    bytes: Vec<u8>,
+    align: u64,
+    relocs: Vec<cranelift_module::ModuleReloc>,
+    /// The machine code's listing, when `MCIR_JIT_DUMP` asks for it.
+    vcode: Option<String>,
+}
+
+/// Compiles the function in `ctx` (module function `id`, called `name` in messages).
+fn compile_function(
+    ctx: &mut cranelift_codegen::Context,
+    isa: &dyn cranelift_codegen::isa::TargetIsa,
+    id: CFuncId,
+    name: &str,
+) -> Result<MachineCode, JitError> {
+    let mut plane = cranelift_codegen::control::ControlPlane::default();
+    let started = std::time::Instant::now();
+    let failed = ctx.compile(isa, &mut plane).err().map(|e| e.inner);
+    if std::env::var_os("MCIR_JIT_TIMES").is_some() {
+        eprintln!("{name}: {} insts, {:?}", ctx.func.dfg.num_insts(), started.elapsed());
+    }
+    if std::env::var_os("MCIR_JIT_CLIF_OPT").is_some() {
+        eprintln!("; @{name} (optimised)\n{}", ctx.func.display());
+    }
+    if let Some(e) = failed {
+        let detail = cranelift_codegen::print_errors::pretty_error(&ctx.func, e);
+        return Err(JitError(format!("@{name}: {detail}")));
+    }
+    let Some(code) = ctx.compiled_code() else {
+        return Err(JitError(format!("@{name} was not compiled")));
+    };
+    let align = (code.buffer.alignment as u64)
+        .max(isa.function_alignment().minimum as u64)
+        .max(isa.symbol_alignment());
+    let relocs = code
+        .buffer
+        .relocs()
+        .iter()
+        .map(|r| cranelift_module::ModuleReloc::from_mach_reloc(r, &ctx.func, id))
+        .collect();
+    let vcode = code.vcode.clone();
+    Ok(MachineCode { bytes: code.code_buffer().to_vec(), align, relocs, vcode })
 }
 
 /// A compiled function's entry trampoline.
