@@ -223,6 +223,11 @@ pub(crate) struct LoopCounter {
     pub step: i64,
     /// The blocks of the loop (the header and every block that reaches the back edge).
     pub region: Vec<bool>,
+    /// For a loop `for p in init..bound` (step 1, leaving only when the header finds
+    /// `p < bound` false, `bound` computed before the loop): `(init, bound)`. The
+    /// counter then leaves the loop holding `max(init, bound)`, which the reverse pass
+    /// can compute instead of reading it from the tape.
+    pub range: Option<(Value, Value)>,
 }
 
 /// The loop counters of `f`: counted headers whose loop has no `return` inside.
@@ -262,8 +267,39 @@ pub(crate) fn loop_counters(
             .iter()
             .any(|(b, d)| region[b.index()] && matches!(d.term, mcir_ir::Terminator::Return(_)));
         if !has_return {
-            out.push(LoopCounter { header: h, latch, param: c.param, step, region });
+            let range = if step == 1 { range_of(f, h, c, &region) } else { None };
+            out.push(LoopCounter { header: h, latch, param: c.param, step, region, range });
         }
     }
     out
+}
+
+/// `(init, bound)` when the loop of `header` (with blocks `region`) leaves only through
+/// its header's branch on `counter < bound`, with `bound` defined outside the loop.
+fn range_of(f: &Function, header: Block, c: CountedHeader, region: &[bool]) -> Option<(Value, Value)> {
+    let inside = |b: Block| region.get(b.index()).copied().unwrap_or(false);
+    let mcir_ir::Terminator::Branch { cond, then_dest, else_dest } = &f.blocks[header].term else {
+        return None;
+    };
+    if !inside(then_dest.block) || inside(else_dest.block) {
+        return None;
+    }
+    let leaves_elsewhere = f
+        .blocks
+        .iter()
+        .any(|(b, d)| b != header && inside(b) && d.term.successors().any(|s| !inside(s.block)));
+    if leaves_elsewhere {
+        return None;
+    }
+    let mcir_ir::ValueDef::Inst(i) = f.values[*cond].def else { return None };
+    let d = &f.insts[i];
+    if d.op != Op::ICmp(mcir_ir::CmpOp::Lt) || d.args[0] != c.param {
+        return None;
+    }
+    let bound = d.args[1];
+    let bound_block = match f.values[bound].def {
+        mcir_ir::ValueDef::Param(b, _) => b,
+        mcir_ir::ValueDef::Inst(bi) => f.blocks.iter().find(|(_, bd)| bd.insts.contains(&bi))?.0,
+    };
+    (!inside(bound_block)).then_some((c.init, bound))
 }

@@ -712,6 +712,8 @@ impl<'a> Reverse<'a> {
                 } else {
                     here
                 }
+            } else if let Some(exit) = self.computed_exit(k) {
+                exit
             } else {
                 let slot = match self.counter_slots[k] {
                     Some(s) => s,
@@ -728,6 +730,60 @@ impl<'a> Reverse<'a> {
             args.push(value);
         }
         Ok(BlockCall { block: self.rblock[edge.from.index()], args })
+    }
+
+    /// The value loop `k`'s counter left it with, computed as `max(init, bound)` when the
+    /// loop is a range whose ends the reverse pass has without reading the tape.
+    fn computed_exit(&mut self, k: usize) -> Option<Value> {
+        let (init, bound) = self.counters[k].range?;
+        if !self.free_to_read(init) || !self.free_to_read(bound) {
+            return None;
+        }
+        let init = self.read_free(init)?;
+        let bound = self.read_free(bound)?;
+        let ran = self.e.val(Op::ICmp(mcir_ir::CmpOp::Lt), vec![init, bound], TypeTable::BOOL);
+        Some(self.e.val(Op::Select, vec![ran, bound, init], TypeTable::I64))
+    }
+
+    /// Whether the reverse pass has primal value `v` without a tape entry per loop
+    /// iteration: a constant, a value the tape holds once, an enclosing loop's counter,
+    /// or the size of an array that is one of these.
+    fn free_to_read(&self, v: Value) -> bool {
+        if self.counter_params.contains_key(&v) {
+            return true;
+        }
+        let Ok(fv) = self.fw.fwd(v) else { return false };
+        if let mcir_ir::ValueDef::Inst(i) = self.fw.e.func.values[fv].def {
+            if matches!(self.fw.e.func.insts[i].op, Op::IConst(_)) {
+                return true;
+            }
+        }
+        if self.fw_entry_values.contains(&fv) {
+            return true;
+        }
+        match self.primal.values[v].def {
+            mcir_ir::ValueDef::Inst(i) => {
+                let d = &self.primal.insts[i];
+                matches!(d.op, Op::ArrayDim(_)) && self.free_to_read(d.args[0])
+            }
+            mcir_ir::ValueDef::Param(..) => false,
+        }
+    }
+
+    /// Primal value `v`, for which `free_to_read` holds, in the reverse block being built
+    /// (an array's size is asked again: arrays never change shape).
+    fn read_free(&mut self, v: Value) -> Option<Value> {
+        if let mcir_ir::ValueDef::Inst(i) = self.primal.values[v].def {
+            let d = &self.primal.insts[i];
+            if let Op::ArrayDim(axis) = d.op {
+                let in_entry = self.fw.fwd(v).is_ok_and(|fv| self.fw_entry_values.contains(&fv));
+                if !in_entry && !self.counter_params.contains_key(&v) {
+                    let array = self.read_free(d.args[0])?;
+                    return Some(self.e.val(Op::ArrayDim(axis), vec![array], TypeTable::I64));
+                }
+            }
+        }
+        self.fwdv(v).ok()
     }
 
     // ---- the adjoint of each op ----
