@@ -14,6 +14,10 @@ pub struct ControlFlow {
     rpo_index: Vec<usize>,
     /// Immediate dominator of each reachable block (the entry is its own).
     idom: Vec<Option<Block>>,
+    /// Each reachable block's position in a pre-order walk of the dominator tree and
+    /// the size of its subtree there, so that dominance is two comparisons.
+    dom_pre: Vec<u32>,
+    dom_size: Vec<u32>,
 }
 
 impl ControlFlow {
@@ -35,8 +39,7 @@ impl ControlFlow {
             let mut stack: Vec<(Block, usize)> = vec![(func.entry(), 0)];
             visited[0] = true;
             while let Some((b, next)) = stack.pop() {
-                let succs: Vec<Block> = func.blocks[b].term.successors().map(|s| s.block).collect();
-                if let Some(&s) = succs.get(next) {
+                if let Some(s) = func.blocks[b].term.successors().nth(next).map(|s| s.block) {
                     stack.push((b, next + 1));
                     if s.index() < n && !visited[s.index()] {
                         visited[s.index()] = true;
@@ -77,7 +80,33 @@ impl ControlFlow {
                 }
             }
         }
-        ControlFlow { preds, rpo, rpo_index, idom }
+        // Number the dominator tree: children in reverse post-order, walked depth first.
+        let mut children: Vec<Vec<Block>> = vec![Vec::new(); n];
+        for &b in rpo.iter().skip(1) {
+            if let Some(d) = idom[b.index()] {
+                children[d.index()].push(b);
+            }
+        }
+        let mut dom_pre = vec![u32::MAX; n];
+        let mut dom_size = vec![0u32; n];
+        if let Some(&entry) = rpo.first() {
+            let mut counter = 0u32;
+            let mut stack: Vec<(Block, usize)> = vec![(entry, 0)];
+            dom_pre[entry.index()] = 0;
+            while let Some((b, next)) = stack.pop() {
+                if next == 0 {
+                    dom_pre[b.index()] = counter;
+                    counter += 1;
+                }
+                if let Some(&c) = children[b.index()].get(next) {
+                    stack.push((b, next + 1));
+                    stack.push((c, 0));
+                } else {
+                    dom_size[b.index()] = counter - dom_pre[b.index()];
+                }
+            }
+        }
+        ControlFlow { preds, rpo, rpo_index, idom, dom_pre, dom_size }
     }
 
     /// Whether `b` is reachable from the entry.
@@ -92,15 +121,14 @@ impl ControlFlow {
 
     /// Whether `a` dominates `b` (every block dominates itself).
     pub fn dominates(&self, a: Block, b: Block) -> bool {
-        let mut cur = b;
-        loop {
-            if cur == a {
-                return true;
+        if a == b {
+            return true;
+        }
+        match (self.dom_pre.get(a.index()), self.dom_pre.get(b.index())) {
+            (Some(&pa), Some(&pb)) if pa != u32::MAX && pb != u32::MAX => {
+                pa <= pb && pb < pa + self.dom_size[a.index()]
             }
-            match self.idom(cur) {
-                Some(up) if up != cur => cur = up,
-                _ => return false,
-            }
+            _ => false,
         }
     }
     /// The blocks whose edges into `h` are back edges (not before `h` in reverse
@@ -157,4 +185,72 @@ fn intersect(idom: &[Option<Block>], order: &[usize], mut a: Block, mut b: Block
         }
     }
     a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ControlFlow;
+    use crate::entity::EntityRef;
+    use crate::function::{Block, BlockCall, Function, Span, Terminator};
+    use crate::{Op, TypeTable};
+
+    /// Dominance by definition: `a` is on `b`'s chain of immediate dominators.
+    fn dominates_by_walk(cfg: &ControlFlow, a: Block, b: Block) -> bool {
+        let mut cur = b;
+        loop {
+            if cur == a {
+                return true;
+            }
+            match cfg.idom(cur) {
+                Some(up) if up != cur => cur = up,
+                _ => return false,
+            }
+        }
+    }
+
+    /// Random control flow over `n` blocks (some unreachable), from a simple generator.
+    fn random_function(n: usize, seed: &mut u64) -> Function {
+        let mut next = move |m: usize| {
+            *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((*seed >> 33) as usize) % m
+        };
+        let mut f = Function::new("f", &[], None);
+        let blocks: Vec<Block> = std::iter::once(f.entry()).chain((1..n).map(|_| f.add_block())).collect();
+        let cond = f.push_inst(f.entry(), Op::BConst(true), vec![], Some(TypeTable::BOOL), Span::default());
+        let cond = cond.expect("a constant has a result");
+        for (k, &b) in blocks.iter().enumerate() {
+            let target = |next: &mut dyn FnMut(usize) -> usize| BlockCall {
+                block: blocks[1 + next(n - 1)],
+                args: Vec::new(),
+            };
+            let term = match (k + 1 == n, next(3)) {
+                (true, _) | (_, 0) => Terminator::Return(None),
+                (_, 1) => Terminator::Jump(target(&mut next)),
+                _ => Terminator::Branch {
+                    cond,
+                    then_dest: target(&mut next),
+                    else_dest: target(&mut next),
+                },
+            };
+            f.set_terminator(b, term, Span::default());
+        }
+        f
+    }
+
+    #[test]
+    fn dominance_from_tree_numbering_matches_the_idom_chain() {
+        let mut seed = 7;
+        for n in (2..40).chain([100, 300]) {
+            for _ in 0..20 {
+                let f = random_function(n, &mut seed);
+                let cfg = ControlFlow::compute(&f);
+                for a in 0..n {
+                    for b in 0..n {
+                        let (a, b) = (Block::new(a), Block::new(b));
+                        assert_eq!(cfg.dominates(a, b), dominates_by_walk(&cfg, a, b), "{a} dom {b}?");
+                    }
+                }
+            }
+        }
+    }
 }

@@ -94,7 +94,7 @@ impl Verifier<'_> {
         let mut def_site: Vec<Option<(Block, usize)>> = vec![None; f.values.len()];
         for (b, data) in f.blocks.iter() {
             for (i, &p) in data.params.iter().enumerate() {
-                let d = f.values.get(p).ok_or(format!("{b} has an unknown parameter {p}"))?;
+                let d = f.values.get(p).ok_or_else(|| format!("{b} has an unknown parameter {p}"))?;
                 if d.def != ValueDef::Param(b, i as u32)
                     || std::mem::replace(&mut value_seen[p.index()], true)
                 {
@@ -106,12 +106,12 @@ impl Verifier<'_> {
                 def_site[p.index()] = Some((b, 0));
             }
             for (pos, &inst) in data.insts.iter().enumerate() {
-                let d = f.insts.get(inst).ok_or(format!("{b} lists an unknown instruction"))?;
+                let d = f.insts.get(inst).ok_or_else(|| format!("{b} lists an unknown instruction"))?;
                 if std::mem::replace(&mut inst_seen[inst.index()], true) {
                     return Err(format!("{inst} appears in more than one place"));
                 }
                 if let Some(r) = d.result {
-                    let rd = f.values.get(r).ok_or(format!("{inst} has an unknown result"))?;
+                    let rd = f.values.get(r).ok_or_else(|| format!("{inst} has an unknown result"))?;
                     if rd.def != ValueDef::Inst(inst) || std::mem::replace(&mut value_seen[r.index()], true) {
                         return Err(format!(
                             "result {r} of {inst} is defined more than once or in the wrong place"
@@ -372,7 +372,7 @@ impl Verifier<'_> {
             }
             Op::TupleGet(i) => match args.first().and_then(|&a| t.try_get(a)) {
                 Some(Type::Tuple(items)) => {
-                    let item = *items.get(*i as usize).ok_or(format!("tuple has no field {i}"))?;
+                    let item = *items.get(*i as usize).ok_or_else(|| format!("tuple has no field {i}"))?;
                     want(&[args[0]], Some(item))
                 }
                 _ => Err("takes a tuple".into()),
