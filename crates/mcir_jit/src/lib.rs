@@ -16,6 +16,7 @@ mod fuse;
 mod layout;
 mod lower;
 mod marshal;
+mod pool;
 mod runtime;
 
 use cranelift_codegen::ir::{types, AbiParam, Function, InstBuilder, MemFlagsData};
@@ -27,6 +28,7 @@ use layout::{Arena, Ctx, Runtime};
 use mcir_interp::{Limits, RuntimeError, RuntimeErrorKind, Val};
 use mcir_ir::entity::EntityRef;
 use mcir_ir::{FuncId, Module, TypeTable};
+use pool::{Batch, Job};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -293,14 +295,15 @@ impl Jit {
         }
         // Build every function's Cranelift IR (this needs the module), compile them on
         // all cores (the expensive part needs only the ISA), then define the code.
+        // Largest first, so that the cores finish together; each function is compiled as
+        // soon as it is built.
         let mut sites = Vec::new();
         let mut fctx = FunctionBuilderContext::new();
         let dump = std::env::var_os("MCIR_JIT_DUMP").is_some();
-        let mut work: Vec<Job> = helpers;
-        for (id, _) in module.funcs.iter() {
-            if !reachable[id.index()] {
-                continue;
-            }
+        let batch = Batch::start(compile_isa, dump);
+        let mut order: Vec<FuncId> = module.funcs.keys().filter(|id| reachable[id.index()]).collect();
+        order.sort_by_key(|&id| std::cmp::Reverse(module.funcs[id].insts.len()));
+        for id in order {
             let f = &module.funcs[id];
             let mut func = Function::new();
             {
@@ -316,7 +319,7 @@ impl Jit {
             if std::env::var_os("MCIR_JIT_CLIF").is_some() {
                 eprintln!("; @{}\n{}", f.name, func.display());
             }
-            work.push(Job::new(funcs[id.index()], f.name.clone(), func));
+            batch.push(Job::new(funcs[id.index()], f.name.clone(), func));
             // Only the roots are called from Rust, so only they get a trampoline (each
             // compiled function costs a fixed tenth of a millisecond or so).
             if !is_root[id.index()] {
@@ -350,46 +353,17 @@ impl Jit {
                 b.seal_all_blocks();
                 b.finalize(jit.target_config());
             }
-            work.push(Job::new(tramps[id.index()].0, format!("{} (entry)", f.name), func));
+            batch.push(Job::new(tramps[id.index()].0, format!("{} (entry)", f.name), func));
         }
-        // Largest first, taken from a shared queue, so the cores finish together. Each
-        // core reuses one Cranelift context (its register allocator's memory above all):
-        // a fresh context per function costs more than compiling a small one.
-        work.sort_by_key(|w| std::cmp::Reverse(w.func.dfg.num_insts()));
-        let threads =
-            std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8).min(work.len().max(1));
-        let isa = &*compile_isa;
-        let queue: Vec<std::sync::Mutex<&mut Job>> = work.iter_mut().map(std::sync::Mutex::new).collect();
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let compile_one = || -> Result<(), JitError> {
-            let mut ctx = cranelift_codegen::Context::new();
-            loop {
-                let k = next.fetch_add(1, Ordering::Relaxed);
-                let Some(item) = queue.get(k) else { return Ok(()) };
-                let mut job = item.lock().map_err(|_| JitError("a compile thread panicked".into()))?;
-                ctx.clear();
-                ctx.set_disasm(dump);
-                ctx.func = std::mem::replace(&mut job.func, Function::new());
-                job.code = Some(compile_function(&mut ctx, isa, job.id, &job.name)?);
-            }
-        };
-        let results: Vec<Result<(), JitError>> = std::thread::scope(|s| {
-            let helpers: Vec<_> = (1..threads).map(|_| s.spawn(compile_one)).collect();
-            let mut out = vec![compile_one()];
-            out.extend(
-                helpers
-                    .into_iter()
-                    .map(|h| h.join().unwrap_or_else(|_| Err(JitError("a compile thread panicked".into())))),
-            );
-            out
-        });
-        drop(queue);
-        for r in results {
-            r?;
+        for helper in helpers {
+            batch.push(helper);
         }
+        let work = batch.finish();
         for job in &work {
-            let Some(code) = &job.code else {
-                return Err(JitError(format!("@{} was not compiled", job.name)));
+            let code = match &job.code {
+                Some(Ok(code)) => code,
+                Some(Err(e)) => return Err(e.clone()),
+                None => return Err(JitError(format!("@{} was not compiled", job.name))),
             };
             if let Some(v) = &code.vcode {
                 eprintln!("; @{}\n{v}", job.name);
@@ -475,70 +449,13 @@ fn write_perf_map(jit: &JITModule, work: &[Job]) {
     let path = format!("/tmp/perf-{}.map", std::process::id());
     let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(path) else { return };
     for job in work {
-        let size = job.code.as_ref().map_or(0, |c| c.bytes.len());
+        let size = match &job.code {
+            Some(Ok(c)) => c.bytes.len(),
+            _ => 0,
+        };
         let start = jit.get_finalized_function(job.id) as usize;
         let _ = writeln!(file, "{start:x} {size:x} {}", job.name);
     }
-}
-
-/// One function of a module: its Cranelift IR, built on the thread that owns the
-/// module, then its machine code, compiled on any thread.
-struct Job {
-    id: CFuncId,
-    name: String,
-    func: Function,
-    code: Option<MachineCode>,
-}
-
-impl Job {
-    fn new(id: CFuncId, name: String, func: Function) -> Job {
-        Job { id, name, func, code: None }
-    }
-}
-
-/// A compiled function, ready to be defined in the module.
-struct MachineCode {
-    bytes: Vec<u8>,
-    align: u64,
-    relocs: Vec<cranelift_module::ModuleReloc>,
-    /// The machine code's listing, when `MCIR_JIT_DUMP` asks for it.
-    vcode: Option<String>,
-}
-
-/// Compiles the function in `ctx` (module function `id`, called `name` in messages).
-fn compile_function(
-    ctx: &mut cranelift_codegen::Context,
-    isa: &dyn cranelift_codegen::isa::TargetIsa,
-    id: CFuncId,
-    name: &str,
-) -> Result<MachineCode, JitError> {
-    let mut plane = cranelift_codegen::control::ControlPlane::default();
-    let started = std::time::Instant::now();
-    let failed = ctx.compile(isa, &mut plane).err().map(|e| e.inner);
-    if std::env::var_os("MCIR_JIT_TIMES").is_some() {
-        eprintln!("{name}: {} insts, {:?}", ctx.func.dfg.num_insts(), started.elapsed());
-    }
-    if std::env::var_os("MCIR_JIT_CLIF_OPT").is_some() {
-        eprintln!("; @{name} (optimised)\n{}", ctx.func.display());
-    }
-    if let Some(e) = failed {
-        let detail = cranelift_codegen::print_errors::pretty_error(&ctx.func, e);
-        return Err(JitError(format!("@{name}: {detail}")));
-    }
-    let Some(code) = ctx.compiled_code() else {
-        return Err(JitError(format!("@{name} was not compiled")));
-    };
-    let align = (code.buffer.alignment as u64)
-        .max(isa.function_alignment().minimum as u64)
-        .max(isa.symbol_alignment());
-    let relocs = code
-        .buffer
-        .relocs()
-        .iter()
-        .map(|r| cranelift_module::ModuleReloc::from_mach_reloc(r, &ctx.func, id))
-        .collect();
-    let vcode = code.vcode.clone();
-    Ok(MachineCode { bytes: code.code_buffer().to_vec(), align, relocs, vcode })
 }
 
 /// A compiled function's entry trampoline.
