@@ -226,11 +226,7 @@ mod tests {
             let term = match (k + 1 == n, next(3)) {
                 (true, _) | (_, 0) => Terminator::Return(None),
                 (_, 1) => Terminator::Jump(target(&mut next)),
-                _ => Terminator::Branch {
-                    cond,
-                    then_dest: target(&mut next),
-                    else_dest: target(&mut next),
-                },
+                _ => Terminator::Branch { cond, then_dest: target(&mut next), else_dest: target(&mut next) },
             };
             f.set_terminator(b, term, Span::default());
         }

@@ -133,26 +133,30 @@ fn math_functions() -> Vec<(&'static str, *const u8)> {
 }
 
 /// The host's instruction set with our settings, made once per process (detecting the
-/// CPU's features is not free).
-fn host_isa() -> Result<cranelift_codegen::isa::OwnedTargetIsa, JitError> {
-    static ISA: std::sync::OnceLock<Result<cranelift_codegen::isa::OwnedTargetIsa, JitError>> =
-        std::sync::OnceLock::new();
-    ISA.get_or_init(|| {
-        let err = |e: &dyn std::fmt::Display| JitError(e.to_string());
-        let mut flags = settings::builder();
-        flags.set("opt_level", "speed").map_err(|e| err(&e))?;
-        flags.set("regalloc_algorithm", "backtracking").map_err(|e| err(&e))?;
-        flags.set("is_pic", "false").map_err(|e| err(&e))?;
-        flags.set("use_colocated_libcalls", "false").map_err(|e| err(&e))?;
-        flags
-            .set("enable_verifier", if cfg!(debug_assertions) { "true" } else { "false" })
-            .map_err(|e| err(&e))?;
-        cranelift_native::builder()
-            .map_err(|e| err(&e))?
-            .finish(settings::Flags::new(flags))
-            .map_err(|e| err(&e))
-    })
-    .clone()
+/// CPU's features is not free): optimising, and quick to compile (for code that runs
+/// once per call, where compiling is most of its cost).
+fn host_isa(quick: bool) -> Result<cranelift_codegen::isa::OwnedTargetIsa, JitError> {
+    type Isa = Result<cranelift_codegen::isa::OwnedTargetIsa, JitError>;
+    static ISAS: [std::sync::OnceLock<Isa>; 2] = [std::sync::OnceLock::new(), std::sync::OnceLock::new()];
+    ISAS[quick as usize]
+        .get_or_init(|| {
+            let err = |e: &dyn std::fmt::Display| JitError(e.to_string());
+            let mut flags = settings::builder();
+            flags.set("opt_level", if quick { "none" } else { "speed" }).map_err(|e| err(&e))?;
+            flags
+                .set("regalloc_algorithm", if quick { "single_pass" } else { "backtracking" })
+                .map_err(|e| err(&e))?;
+            flags.set("is_pic", "false").map_err(|e| err(&e))?;
+            flags.set("use_colocated_libcalls", "false").map_err(|e| err(&e))?;
+            flags
+                .set("enable_verifier", if cfg!(debug_assertions) { "true" } else { "false" })
+                .map_err(|e| err(&e))?;
+            cranelift_native::builder()
+                .map_err(|e| err(&e))?
+                .finish(settings::Flags::new(flags))
+                .map_err(|e| err(&e))
+        })
+        .clone()
 }
 
 impl Jit {
@@ -185,8 +189,10 @@ impl Jit {
             }
         }
         let err = |e: &dyn std::fmt::Display| JitError(e.to_string());
-        let isa = host_isa()?;
+        let isa = host_isa(false)?;
         let compile_isa = isa.clone();
+        let quick_isa = host_isa(true)?;
+        let runs_once = runs_once(module, &reachable, roots);
         let mut jb = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
         let rt_fns = lower::runtime_functions();
         let math = math_functions();
@@ -265,7 +271,7 @@ impl Jit {
             b.ins().return_(&[]);
             b.seal_all_blocks();
             b.finalize(jit.target_config());
-            helpers.push(Job::new(id, helper.to_string(), func));
+            helpers.push(Job::new(id, helper.to_string(), func, true));
             runtime.insert(helper, id);
         }
         // Functions and their entry trampolines.
@@ -300,7 +306,7 @@ impl Jit {
         let mut sites = Vec::new();
         let mut fctx = FunctionBuilderContext::new();
         let dump = std::env::var_os("MCIR_JIT_DUMP").is_some();
-        let batch = Batch::start(compile_isa, dump);
+        let batch = Batch::start([compile_isa, quick_isa], dump);
         let mut order: Vec<FuncId> = module.funcs.keys().filter(|id| reachable[id.index()]).collect();
         order.sort_by_key(|&id| std::cmp::Reverse(module.funcs[id].insts.len()));
         for id in order {
@@ -319,7 +325,7 @@ impl Jit {
             if std::env::var_os("MCIR_JIT_CLIF").is_some() {
                 eprintln!("; @{}\n{}", f.name, func.display());
             }
-            batch.push(Job::new(funcs[id.index()], f.name.clone(), func));
+            batch.push(Job::new(funcs[id.index()], f.name.clone(), func, runs_once[id.index()]));
             // Only the roots are called from Rust, so only they get a trampoline (each
             // compiled function costs a fixed tenth of a millisecond or so).
             if !is_root[id.index()] {
@@ -353,7 +359,7 @@ impl Jit {
                 b.seal_all_blocks();
                 b.finalize(jit.target_config());
             }
-            batch.push(Job::new(tramps[id.index()].0, format!("{} (entry)", f.name), func));
+            batch.push(Job::new(tramps[id.index()].0, format!("{} (entry)", f.name), func, true));
         }
         for helper in helpers {
             batch.push(helper);
@@ -456,6 +462,61 @@ fn write_perf_map(jit: &JITModule, work: &[Job]) {
         let start = jit.get_finalized_function(job.id) as usize;
         let _ = writeln!(file, "{start:x} {size:x} {}", job.name);
     }
+}
+
+/// The functions (by index) that run at most once per call from Rust and have no loop,
+/// so that compiling them quickly matters more than optimising them: the roots, and
+/// functions outside any call cycle called only from such functions, outside loops.
+fn runs_once(module: &Module, reachable: &[bool], roots: &[FuncId]) -> Vec<bool> {
+    let n = module.funcs.len();
+    // Call sites: (caller, callee, whether the call is inside a loop).
+    let mut calls = Vec::new();
+    let mut has_loop = vec![false; n];
+    for (id, f) in module.funcs.iter() {
+        if !reachable[id.index()] {
+            continue;
+        }
+        let cfg = mcir_ir::cfg::ControlFlow::compute(f);
+        let depths = cfg.loop_depths();
+        has_loop[id.index()] = depths.iter().any(|&d| d > 0);
+        for (b, data) in f.blocks.iter() {
+            for &i in &data.insts {
+                if let mcir_ir::Op::Call(g) = f.insts[i].op {
+                    calls.push((id.index(), g.index(), depths.get(b.index()).is_some_and(|&d| d > 0)));
+                }
+            }
+        }
+    }
+    let mut once: Vec<bool> = (0..n).map(|i| reachable[i]).collect();
+    // A function that reaches itself through calls runs any number of times.
+    let candidates: Vec<usize> = (0..n).filter(|&i| once[i]).collect();
+    for start in candidates {
+        let mut seen = vec![false; n];
+        let mut work: Vec<usize> = calls.iter().filter(|c| c.0 == start).map(|c| c.1).collect();
+        while let Some(g) = work.pop() {
+            if g == start {
+                once[start] = false;
+                break;
+            }
+            if g < n && !std::mem::replace(&mut seen[g], true) {
+                work.extend(calls.iter().filter(|c| c.0 == g).map(|c| c.1));
+            }
+        }
+    }
+    let is_root = |g: usize| roots.iter().any(|r| r.index() == g);
+    loop {
+        let mut changed = false;
+        for &(caller, callee, in_loop) in &calls {
+            if callee < n && once[callee] && !is_root(callee) && (in_loop || !once[caller]) {
+                once[callee] = false;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    (0..n).map(|i| once[i] && !has_loop[i]).collect()
 }
 
 /// A compiled function's entry trampoline.
@@ -721,4 +782,74 @@ fn invoke(call: EntryFn, ctx: &mut Ctx, words: &[u64], ret: &mut u64, timeout: O
         done.store(true, Ordering::Release);
         watchdog.thread().unpark();
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runs_once;
+    use mcir_ir::entity::EntityRef;
+    use mcir_ir::FuncId;
+
+    #[test]
+    fn only_loop_free_code_outside_loops_and_recursion_runs_once() {
+        let ir = "fn @main(%n_0: i64) -> i64 {
+bb0:
+    %1: i64 = call @once(%n_0)
+    %2: i64 = call @recursive(%n_0)
+    %3: i64 = iconst 0
+    jump bb1(%3)
+bb1(%i_4: i64):
+    %5: bool = icmp lt %i_4, %n_0
+    br %5, bb2, bb3
+bb2:
+    %6: i64 = call @in_loop(%i_4)
+    %7: i64 = iconst 1
+    %8: i64 = iadd %i_4, %7
+    jump bb1(%8)
+bb3:
+    ret %1
+}
+fn @once(%x_0: i64) -> i64 {
+bb0:
+    ret %x_0
+}
+fn @in_loop(%x_0: i64) -> i64 {
+bb0:
+    %1: i64 = call @under_loop(%x_0)
+    ret %1
+}
+fn @under_loop(%x_0: i64) -> i64 {
+bb0:
+    ret %x_0
+}
+fn @recursive(%x_0: i64) -> i64 {
+bb0:
+    %1: i64 = iconst 0
+    %2: bool = icmp le %x_0, %1
+    br %2, bb1, bb2
+bb1:
+    ret %x_0
+bb2:
+    %3: i64 = iconst 1
+    %4: i64 = isub %x_0, %3
+    %5: i64 = call @recursive(%4)
+    ret %5
+}
+";
+        let m = mcir_ir::parse_module(ir).expect("parses");
+        let main: FuncId = m.func_by_name("main").expect("main");
+        let once = runs_once(&m, &vec![true; m.funcs.len()], &[main]);
+        let named: Vec<(&str, bool)> =
+            m.funcs.iter().map(|(id, f)| (f.name.as_str(), once[id.index()])).collect();
+        assert_eq!(
+            named,
+            [
+                ("main", false),
+                ("once", true),
+                ("in_loop", false),
+                ("under_loop", false),
+                ("recursive", false)
+            ]
+        );
+    }
 }

@@ -19,12 +19,14 @@ pub(crate) struct Job {
     pub id: CFuncId,
     pub name: String,
     pub func: Function,
+    /// Compiled for speed of compiling rather than of running.
+    pub quick: bool,
     pub code: Option<Result<MachineCode, JitError>>,
 }
 
 impl Job {
-    pub fn new(id: CFuncId, name: String, func: Function) -> Job {
-        Job { id, name, func, code: None }
+    pub fn new(id: CFuncId, name: String, func: Function, quick: bool) -> Job {
+        Job { id, name, func, quick, code: None }
     }
 }
 
@@ -49,7 +51,8 @@ struct State {
 
 /// The functions of one module on their way to machine code.
 pub(crate) struct Batch {
-    isa: Arc<dyn TargetIsa>,
+    /// The optimising and the quick instruction set.
+    isas: [Arc<dyn TargetIsa>; 2],
     dump: bool,
     state: Mutex<State>,
     changed: Condvar,
@@ -57,9 +60,9 @@ pub(crate) struct Batch {
 
 impl Batch {
     /// An empty batch, offered to the pool's threads.
-    pub fn start(isa: Arc<dyn TargetIsa>, dump: bool) -> Arc<Batch> {
+    pub fn start(isas: [Arc<dyn TargetIsa>; 2], dump: bool) -> Arc<Batch> {
         let batch =
-            Arc::new(Batch { isa, dump, state: Mutex::new(State::default()), changed: Condvar::new() });
+            Arc::new(Batch { isas, dump, state: Mutex::new(State::default()), changed: Condvar::new() });
         for worker in pool() {
             // A worker that has gone (it cannot, short of an abort) just leaves more work
             // for the others and the submitting thread.
@@ -103,7 +106,7 @@ impl Batch {
             };
             let func = std::mem::replace(&mut job.func, Function::new());
             let compiled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                compile(ctx, &*self.isa, self.dump, func, job.id, &job.name)
+                compile(ctx, &*self.isas[job.quick as usize], self.dump, func, job.id, &job.name)
             }));
             job.code = Some(compiled.unwrap_or_else(|_| {
                 // The context may be left inconsistent by the panic: start afresh.
@@ -184,7 +187,12 @@ fn compile(
     let started = std::time::Instant::now();
     let failed = ctx.compile(isa, &mut plane).err().map(|e| e.inner);
     if std::env::var_os("MCIR_JIT_TIMES").is_some() {
-        eprintln!("{name}: {} insts, {:?}", ctx.func.dfg.num_insts(), started.elapsed());
+        let how = if isa.flags().opt_level() == cranelift_codegen::settings::OptLevel::None {
+            " (quick)"
+        } else {
+            ""
+        };
+        eprintln!("{name}: {} insts, {:?}{how}", ctx.func.dfg.num_insts(), started.elapsed());
     }
     if std::env::var_os("MCIR_JIT_CLIF_OPT").is_some() {
         eprintln!("; @{name} (optimised)\n{}", ctx.func.display());
