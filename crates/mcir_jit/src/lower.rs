@@ -133,7 +133,26 @@ struct FnLower<'a, 'b> {
     loop_depth: Vec<u32>,
     /// Maps computed inside a later instruction's loop (see `fuse`), by result value.
     fused: HashMap<Value, mcir_ir::Inst>,
+    /// The fixed-size allocations of the block being lowered come from one piece of the
+    /// arena, taken at the first of them: the bytes they take in all, then the piece and
+    /// the offset of the next allocation in it.
+    block_bytes: i64,
+    piece: Option<(CValue, i64)>,
 }
+
+/// How many bytes of the arena `op` (with `nargs` arguments) takes, when that is fixed.
+fn fixed_allocation(op: &Op, nargs: usize) -> Option<i64> {
+    let bytes = match op {
+        Op::RefNew => 8,
+        Op::TupleNew | Op::StructNew(_) if nargs > 0 => 8 * nargs as i64,
+        Op::StackNew => stack::HEADER_BYTES as i64 + 8 * STACK_FIRST,
+        _ => return None,
+    };
+    Some((bytes + 7) / 8 * 8)
+}
+
+/// Room for this many values in a new stack, before it first grows.
+const STACK_FIRST: i64 = 16;
 
 /// A parameter of loop header `h` that every back edge moves by exactly one (`p + 1`,
 /// `p - 1`, `p + -1`), so it passes a multiple of 1024 every 1024 iterations.
@@ -205,6 +224,8 @@ impl<'a> Lowering<'a> {
             proofs: f.proofs(),
             loop_depth: Vec::new(),
             fused,
+            block_bytes: 0,
+            piece: None,
         };
         fl.run()?;
         fl.b.finalize(target);
@@ -347,6 +368,11 @@ impl FnLower<'_, '_> {
                     None => self.interrupt_check(site),
                 }
             }
+            let sizes =
+                data.insts.iter().filter_map(|&i| fixed_allocation(&f.insts[i].op, f.insts[i].args.len()));
+            let (count, total) = sizes.fold((0, 0), |(c, t), s| (c + 1, t + s));
+            self.block_bytes = if count > 1 { total } else { 0 };
+            self.piece = None;
             for &inst in &data.insts {
                 let d = &f.insts[inst];
                 if d.result.is_some_and(|r| self.fused.contains_key(&r)) {
@@ -466,6 +492,23 @@ impl FnLower<'_, '_> {
     /// runtime for a new window only when this one is full.
     fn alloc(&mut self, bytes: i64, site: i64) -> CValue {
         let size = (bytes + 7) / 8 * 8;
+        if let Some((piece, offset)) = self.piece {
+            if offset + size <= self.block_bytes {
+                self.piece = Some((piece, offset + size));
+                return self.b.ins().iadd_imm_s(piece, offset);
+            }
+        }
+        if self.piece.is_none() && size < self.block_bytes {
+            // The first fixed-size allocation of a block with several takes them all.
+            let piece = self.bump(self.block_bytes, self.block_bytes, site);
+            self.piece = Some((piece, size));
+            return piece;
+        }
+        self.bump(bytes, size, site)
+    }
+
+    /// Takes `size` bytes (`bytes` rounded up) from the arena.
+    fn bump(&mut self, bytes: i64, size: i64, site: i64) -> CValue {
         let p = self.b.ins().load(P, flags(), self.ctx, ctx::BUMP);
         let end = self.b.ins().load(P, flags(), self.ctx, ctx::BUMP_END);
         let q = self.b.ins().iadd_imm_s(p, size);
@@ -982,7 +1025,7 @@ impl FnLower<'_, '_> {
             }
             Op::StackNew => {
                 // Header and room for a first few values in one block from the arena.
-                const FIRST: i64 = 16;
+                const FIRST: i64 = STACK_FIRST;
                 let site = fallible_site(self);
                 let block = self.alloc(stack::HEADER_BYTES as i64 + 8 * FIRST, site);
                 let data = self.b.ins().iadd_imm_s(block, stack::HEADER_BYTES as i64);

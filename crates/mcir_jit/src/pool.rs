@@ -152,7 +152,11 @@ thread_local! {
 fn pool() -> &'static [Mutex<mpsc::Sender<Arc<Batch>>>] {
     static POOL: OnceLock<Vec<Mutex<mpsc::Sender<Arc<Batch>>>>> = OnceLock::new();
     POOL.get_or_init(|| {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
+        let cores = std::env::var("MCIR_JIT_THREADS")
+            .ok()
+            .and_then(|s| s.parse::<usize>().ok())
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .clamp(1, 8);
         (1..cores)
             .filter_map(|k| {
                 let (send, receive) = mpsc::channel::<Arc<Batch>>();
