@@ -194,7 +194,8 @@ fn compile_module(text: &str) -> Result<Module, Vec<mcir_syntax::Diagnostic>> {
     let mut module = mcir_lower::lower_program(&parsed.program)?;
     let ids: Vec<FuncId> = module.funcs.keys().collect();
     for id in ids {
-        module.funcs[id] = module.funcs[id].simplify_cfg();
+        let f = std::mem::replace(&mut module.funcs[id], mcir_ir::Function::new("", &[], None));
+        module.funcs[id] = f.into_simplified_cfg();
         module.funcs[id].trust_proven_indices();
     }
     if let Err(e) = mcir_ir::verify_module(&module) {

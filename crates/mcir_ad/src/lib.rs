@@ -231,8 +231,8 @@ fn derive_function(
         let t = fw.e.val(mcir_ir::Op::TupleNew, items, rule.fwd_ret);
         fw.e.func.set_terminator(fb, mcir_ir::Terminator::Return(Some(t)), primal.blocks[r].term_span);
     }
-    let fwd_func = dce::remove_dead_code(&fw.e.func).simplify_cfg();
-    let rev_func = dce::remove_dead_code(&rev).simplify_cfg();
+    let fwd_func = dce::remove_dead_code(&fw.e.func).into_simplified_cfg();
+    let rev_func = dce::remove_dead_code(&rev).into_simplified_cfg();
     Ok((fwd_func, rev_func))
 }
 

@@ -20,6 +20,31 @@ pub struct ControlFlow {
     dom_size: Vec<u32>,
 }
 
+/// The blocks reachable from the entry of `func`, in reverse post-order of a depth-first
+/// search that follows each terminator's targets in order.
+pub fn reverse_post_order(func: &Function) -> Vec<Block> {
+    let n = func.blocks.len();
+    let mut post = Vec::with_capacity(n);
+    let mut visited = vec![false; n];
+    if n > 0 {
+        let mut stack: Vec<(Block, usize)> = vec![(func.entry(), 0)];
+        visited[0] = true;
+        while let Some((b, next)) = stack.pop() {
+            if let Some(s) = func.blocks[b].term.successors().nth(next).map(|s| s.block) {
+                stack.push((b, next + 1));
+                if s.index() < n && !visited[s.index()] {
+                    visited[s.index()] = true;
+                    stack.push((s, 0));
+                }
+            } else {
+                post.push(b);
+            }
+        }
+    }
+    post.reverse();
+    post
+}
+
 impl ControlFlow {
     /// Computes the analyses. Blocks named by terminators must exist in `func`.
     pub fn compute(func: &Function) -> ControlFlow {
@@ -32,25 +57,7 @@ impl ControlFlow {
                 }
             }
         }
-        // Iterative depth-first search for the post-order.
-        let mut post = Vec::with_capacity(n);
-        let mut visited = vec![false; n];
-        if n > 0 {
-            let mut stack: Vec<(Block, usize)> = vec![(func.entry(), 0)];
-            visited[0] = true;
-            while let Some((b, next)) = stack.pop() {
-                if let Some(s) = func.blocks[b].term.successors().nth(next).map(|s| s.block) {
-                    stack.push((b, next + 1));
-                    if s.index() < n && !visited[s.index()] {
-                        visited[s.index()] = true;
-                        stack.push((s, 0));
-                    }
-                } else {
-                    post.push(b);
-                }
-            }
-        }
-        let rpo: Vec<Block> = post.into_iter().rev().collect();
+        let rpo = reverse_post_order(func);
         let mut rpo_index = vec![usize::MAX; n];
         for (i, b) in rpo.iter().enumerate() {
             rpo_index[b.index()] = i;

@@ -8,8 +8,13 @@ impl Function {
     /// A copy of the function with exactly the blocks of `order`, in that order (the first
     /// must be the entry). Values defined in dropped blocks must not be used by kept ones.
     pub fn rebuild(&self, order: &[Block]) -> Function {
+        self.clone().into_rebuilt(order)
+    }
+
+    /// [`Function::rebuild`], reusing this function's names and argument lists.
+    pub fn into_rebuilt(mut self, order: &[Block]) -> Function {
         let mut out = Function {
-            name: self.name.clone(),
+            name: std::mem::take(&mut self.name),
             params: self.params.clone(),
             ret: self.ret,
             blocks: Default::default(),
@@ -27,18 +32,18 @@ impl Function {
         for &b in order {
             let nb = block_map[b].unwrap_or(Block::new(0));
             for &p in &self.blocks[b].params {
-                let d = &self.values[p];
-                let nv = out.add_block_param(nb, d.ty, d.name.clone());
+                let d = &mut self.values[p];
+                let nv = out.add_block_param(nb, d.ty, d.name.take());
                 value_map.set(p, Some(nv));
             }
             for &i in &self.blocks[b].insts {
                 if let Some(r) = self.insts[i].result {
-                    let d = &self.values[r];
+                    let d = &mut self.values[r];
                     // The definition is fixed below, once the instruction exists.
                     let nv = out.values.push(ValueData {
                         ty: d.ty,
                         def: ValueDef::Param(nb, u32::MAX),
-                        name: d.name.clone(),
+                        name: d.name.take(),
                     });
                     value_map.set(r, Some(nv));
                 }
@@ -53,14 +58,11 @@ impl Function {
             let nb = mb(b);
             let data = &self.blocks[b];
             for &i in &data.insts {
-                let d = &self.insts[i];
+                let d = &mut self.insts[i];
                 let result = d.result.map(mv);
-                let ni = out.insts.push(InstData {
-                    op: d.op.clone(),
-                    args: d.args.iter().map(|&v| mv(v)).collect(),
-                    result,
-                    span: d.span,
-                });
+                let mut args = std::mem::take(&mut d.args);
+                args.iter_mut().for_each(|v| *v = mv(*v));
+                let ni = out.insts.push(InstData { op: d.op.clone(), args, result, span: d.span });
                 if let Some(r) = result {
                     out.values[r].def = ValueDef::Inst(ni);
                 }
@@ -83,7 +85,7 @@ impl Function {
     /// The blocks reachable from the entry, in reverse post-order (so a block's
     /// dominators come before it, and loop bodies before loop exits).
     pub fn reachable_blocks(&self) -> Vec<Block> {
-        crate::cfg::ControlFlow::compute(self).rpo
+        crate::cfg::reverse_post_order(self)
     }
 
     /// Drops the blocks no path from the entry reaches, with their instructions and values.

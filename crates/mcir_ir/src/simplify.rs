@@ -10,13 +10,18 @@ use crate::function::*;
 impl Function {
     /// A copy without forwarding blocks and with straight-line chains merged.
     pub fn simplify_cfg(&self) -> Function {
-        let mut f = self.clone();
+        self.clone().into_simplified_cfg()
+    }
+
+    /// The function without forwarding blocks and with straight-line chains merged.
+    pub fn into_simplified_cfg(self) -> Function {
+        let mut f = self;
         for _ in 0..2 {
             bypass_forwarders(&mut f);
             merge_chains(&mut f);
         }
         let order = f.reachable_blocks();
-        f.rebuild(&order)
+        f.into_rebuilt(&order)
     }
 }
 
