@@ -18,6 +18,7 @@ mod error;
 pub mod grad;
 pub mod json;
 mod probe;
+mod stack;
 
 pub use api::{ApiError, Arg, Function, GradSlot, Prepared};
 pub use check::{CheckOptions, CheckReport, Failure};
@@ -32,10 +33,6 @@ pub use mcir_ir as ir;
 pub use mcir_ir::{FuncId, Module};
 
 use std::sync::Arc;
-
-/// The stack given to the compiler's recursive passes, so that deeply nested (but
-/// accepted) source cannot overflow the caller's stack.
-const COMPILER_STACK: usize = 256 << 20;
 
 /// Which engine runs code: native code through Cranelift (the default) or the
 /// reference interpreter.
@@ -64,19 +61,12 @@ impl Program {
     pub fn compile(name: &str, text: &str) -> Result<Program, CompileError> {
         let source = Arc::new(SourceFile::new(name, text));
         let src = Arc::clone(&source);
-        let worker = std::thread::Builder::new()
-            .name("mcir-compile".into())
-            .stack_size(COMPILER_STACK)
-            .spawn(move || compile_module(&src.text));
-        let result = match worker {
-            Ok(handle) => handle.join().unwrap_or_else(|_| {
-                Err(vec![mcir_syntax::Diagnostic::error(
-                    "internal compiler error: the compiler thread panicked",
-                    Default::default(),
-                )])
-            }),
-            Err(_) => compile_module(&source.text),
-        };
+        let result = stack::on_compiler_thread(move || compile_module(&src.text)).unwrap_or_else(|| {
+            Err(vec![mcir_syntax::Diagnostic::error(
+                "internal compiler error: the compiler thread panicked",
+                Default::default(),
+            )])
+        });
         match result {
             Ok(module) => Ok(Program::from_parts(source, module)),
             Err(diagnostics) => Err(CompileError { source, diagnostics }),
