@@ -56,7 +56,9 @@ struct Compiled {
     /// The entry trampoline of each function: `extern "C" fn(ctx, args, ret)`.
     entries: Vec<*const u8>,
     tables: Box<Tables>,
-    module: Module,
+    /// The signature (name, parameters, result, location) of each function that can be
+    /// called, as a function without a body.
+    signatures: Vec<Option<mcir_ir::Function>>,
 }
 
 // SAFETY: after `compile` the JIT module is never touched again except to free its
@@ -390,12 +392,20 @@ impl Jit {
             .map(|((t, _), &r)| if r { jit.get_finalized_function(*t) } else { std::ptr::null() })
             .collect();
         let tables = Box::new(Tables { types: module.types.clone(), sites });
-        Ok(Jit { inner: Arc::new(Compiled { jit: Some(jit), entries, tables, module: module.clone() }) })
-    }
-
-    /// The module this was compiled from.
-    pub fn module(&self) -> &Module {
-        &self.inner.module
+        let signatures = module
+            .funcs
+            .iter()
+            .map(|(id, f)| {
+                is_root[id.index()].then(|| {
+                    let params: Vec<(Option<String>, mcir_ir::TypeId)> =
+                        f.params.iter().map(|&t| (None, t)).collect();
+                    let mut sig = mcir_ir::Function::new(&f.name, &params, f.ret);
+                    sig.span = f.span;
+                    sig
+                })
+            })
+            .collect();
+        Ok(Jit { inner: Arc::new(Compiled { jit: Some(jit), entries, tables, signatures }) })
     }
 
     /// Runs `func` on `args` (which must fit its signature) with a fresh workspace.
@@ -525,7 +535,8 @@ type EntryFn = extern "C" fn(*mut Ctx, *const u64, *mut u64);
 impl Compiled {
     /// A function and its entry trampoline, if it was compiled as an entry.
     fn entry(&self, func: FuncId) -> Result<(&mcir_ir::Function, EntryFn), RuntimeError> {
-        let f = self.module.funcs.get(func).ok_or_else(|| internal("no such function"))?;
+        let f = self.signatures.get(func.index()).and_then(|f| f.as_ref());
+        let f = f.ok_or_else(|| internal("the function was not compiled"))?;
         let entry = *self.entries.get(func.index()).ok_or_else(|| internal("no such function"))?;
         if entry.is_null() {
             return Err(internal("the function was not compiled"));
