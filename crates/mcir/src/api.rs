@@ -228,11 +228,15 @@ impl<'p> Function<'p> {
     /// with memory kept from call to call. Parameters must be scalars or arrays.
     pub fn prepare(&self) -> Result<Prepared<'p>, ApiError> {
         // One native module holds the function and its gradient: derived modules keep
-        // the primal functions under their ids.
+        // the primal functions under their ids. The program's functions compile while
+        // their rules are derived.
+        let native = |e: mcir_jit::JitError| ApiError::Derive(e.to_string());
+        let mut builder = mcir_jit::Jit::builder(&self.program.module).map_err(native)?;
+        builder.add(&self.program.module, &[self.id]).map_err(native)?;
         let mut d = self.differentiated()?;
         let driver = d.driver(self.id).map_err(|e| ApiError::Derive(e.to_string()))?;
-        let jit = mcir_jit::Jit::compile_reachable(d.module(), &[driver, self.id])
-            .map_err(|e| ApiError::Derive(e.to_string()))?;
+        builder.add(d.module(), &[driver]).map_err(native)?;
+        let jit = builder.finish(d.module()).map_err(native)?;
         Ok(Prepared {
             function: self.clone(),
             primal: jit.clone(),

@@ -171,243 +171,19 @@ impl Jit {
     /// Compiles the functions of `module` that `roots` call, directly or not; only they
     /// can be called.
     pub fn compile_reachable(module: &Module, roots: &[FuncId]) -> Result<Jit, JitError> {
-        let mut is_root = vec![false; module.funcs.len()];
-        for r in roots {
-            if let Some(x) = is_root.get_mut(r.index()) {
-                *x = true;
-            }
-        }
-        let mut reachable = vec![false; module.funcs.len()];
-        let mut todo: Vec<FuncId> = roots.to_vec();
-        while let Some(f) = todo.pop() {
-            if reachable.get(f.index()).copied().unwrap_or(true) {
-                continue;
-            }
-            reachable[f.index()] = true;
-            for d in module.funcs[f].insts.values() {
-                if let mcir_ir::Op::Call(g) = d.op {
-                    todo.push(g);
-                }
-            }
-        }
-        let err = |e: &dyn std::fmt::Display| JitError(e.to_string());
-        let isa = host_isa(false)?;
-        let compile_isa = isa.clone();
-        let quick_isa = host_isa(true)?;
-        let runs_once = runs_once(module, &reachable, roots);
-        let mut jb = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
-        let rt_fns = lower::runtime_functions();
-        let math = math_functions();
-        for r in &rt_fns {
-            jb.symbol(r.name, r.ptr);
-        }
-        for (name, ptr) in &math {
-            jb.symbol(*name, *ptr);
-        }
-        // Libcalls Cranelift may emit on CPUs without SSE4.1.
-        extern "C" fn floor(x: f64) -> f64 {
-            x.floor()
-        }
-        extern "C" fn ceil(x: f64) -> f64 {
-            x.ceil()
-        }
-        extern "C" fn trunc(x: f64) -> f64 {
-            x.trunc()
-        }
-        extern "C" fn nearbyint(x: f64) -> f64 {
-            x.round_ties_even()
-        }
-        jb.symbol("floor", floor as *const u8);
-        jb.symbol("ceil", ceil as *const u8);
-        jb.symbol("trunc", trunc as *const u8);
-        jb.symbol("nearbyint", nearbyint as *const u8);
-        // All of the module's code in one reserved region: calls between its functions
-        // are 32-bit relative, which code scattered over the address space (between
-        // other threads' stacks, say) could not reach. The reservation is address space
-        // only (generous for the module's size, within the ±2 GiB a call reaches); code
-        // that outgrows it is an error, not a crash.
-        let insts: usize = module.funcs.iter().map(|(_, f)| f.insts.len()).sum();
-        let reserve = (16usize << 20).saturating_add(insts.saturating_mul(2048)).min(1 << 30);
-        let arena = cranelift_jit::ArenaMemoryProvider::new_with_size(reserve).map_err(|e| err(&e))?;
-        jb.memory_provider(Box::new(arena));
-        let mut jit = JITModule::new(jb);
-        // Imports.
-        let mut runtime: HashMap<&'static str, CFuncId> = HashMap::new();
-        for r in &rt_fns {
-            let mut sig = jit.make_signature();
-            sig.params.extend(r.params.iter().map(|&t| AbiParam::new(t)));
-            sig.returns.extend(r.ret.iter().map(|&t| AbiParam::new(t)));
-            let id = jit.declare_function(r.name, Linkage::Import, &sig).map_err(|e| err(&e))?;
-            runtime.insert(r.name, id);
-        }
-        for (name, _) in &math {
-            let mut sig = jit.make_signature();
-            sig.params.push(AbiParam::new(types::F64));
-            sig.returns.push(AbiParam::new(types::F64));
-            let id = jit.declare_function(name, Linkage::Import, &sig).map_err(|e| err(&e))?;
-            runtime.insert(name, id);
-        }
-        // Slow paths taken rarely from hot code (a new arena window, a bigger stack, the
-        // time-limit test of a counted loop) go through helpers that preserve every
-        // register, so that values live across them (a loop's accumulator) need not
-        // leave their registers.
-        let mut helpers: Vec<Job> = Vec::new();
-        for (helper, target, arity) in
-            [("alloc_refill", "mc_refill", 3), ("stack_grow", "mc_stack_grow", 3), ("poll", "mc_poll", 2)]
-        {
-            let mut rsig = jit.make_signature();
-            rsig.call_conv = cranelift_codegen::isa::CallConv::PreserveAll;
-            for _ in 0..arity {
-                rsig.params.push(AbiParam::new(types::I64));
-            }
-            let id = jit.declare_function(helper, Linkage::Local, &rsig).map_err(|e| err(&e))?;
-            let mut func = Function::with_name_signature(Default::default(), rsig.clone());
-            let mut fctx = FunctionBuilderContext::new();
-            let mut b = FunctionBuilder::new(&mut func, &mut fctx);
-            let blk = b.create_block();
-            b.append_block_params_for_function_params(blk);
-            b.switch_to_block(blk);
-            let ps = b.block_params(blk).to_vec();
-            let callee = jit.declare_func_in_func(runtime[target], b.func);
-            b.ins().call(callee, &ps);
-            b.ins().return_(&[]);
-            b.seal_all_blocks();
-            b.finalize(jit.target_config());
-            helpers.push(Job::new(id, helper.to_string(), func, true));
-            runtime.insert(helper, id);
-        }
-        // Functions and their entry trampolines.
-        let mut funcs = Vec::new();
-        let mut tramps = Vec::new();
-        for (id, f) in module.funcs.iter() {
-            if !reachable[id.index()] {
-                // Never called (a reachable function only calls reachable ones): a placeholder
-                // keeps the table indexed by function.
-                funcs.push(CFuncId::from_u32(0));
-                tramps.push((CFuncId::from_u32(0), jit.make_signature()));
-                continue;
-            }
-            let sig = lower::signature(&jit, f);
-            let cid = jit
-                .declare_function(&format!("f{}", id.index()), Linkage::Local, &sig)
-                .map_err(|e| err(&e))?;
-            funcs.push(cid);
-            let mut tsig = jit.make_signature();
-            for _ in 0..3 {
-                tsig.params.push(AbiParam::new(types::I64));
-            }
-            let tid = jit
-                .declare_function(&format!("entry{}", id.index()), Linkage::Local, &tsig)
-                .map_err(|e| err(&e))?;
-            tramps.push((tid, tsig));
-        }
-        // Build every function's Cranelift IR (this needs the module), compile them on
-        // all cores (the expensive part needs only the ISA), then define the code.
-        // Largest first, so that the cores finish together; each function is compiled as
-        // soon as it is built.
-        let mut sites = Vec::new();
-        let mut fctx = FunctionBuilderContext::new();
-        let dump = std::env::var_os("MCIR_JIT_DUMP").is_some();
-        let batch = Batch::start([compile_isa, quick_isa], dump);
-        let mut order: Vec<FuncId> = module.funcs.keys().filter(|id| reachable[id.index()]).collect();
-        order.sort_by_key(|&id| std::cmp::Reverse(module.funcs[id].insts.len()));
-        for id in order {
-            let f = &module.funcs[id];
-            let mut func = Function::new();
-            {
-                let mut l = lower::Lowering {
-                    jit: &mut jit,
-                    module,
-                    funcs: &funcs,
-                    runtime: &runtime,
-                    sites: &mut sites,
-                };
-                l.lower(id, &mut func, &mut fctx).map_err(|e| JitError(format!("@{}: {e}", f.name)))?;
-            }
-            if std::env::var_os("MCIR_JIT_CLIF").is_some() {
-                eprintln!("; @{}\n{}", f.name, func.display());
-            }
-            batch.push(Job::new(funcs[id.index()], f.name.clone(), func, runs_once[id.index()]));
-            // Only the roots are called from Rust, so only they get a trampoline (each
-            // compiled function costs a fixed tenth of a millisecond or so).
-            if !is_root[id.index()] {
-                continue;
-            }
-            // The trampoline: unpack arguments from 8-byte slots, call, store the result.
-            let mut func = Function::with_name_signature(Default::default(), tramps[id.index()].1.clone());
-            {
-                let mut b = FunctionBuilder::new(&mut func, &mut fctx);
-                let blk = b.create_block();
-                b.append_block_params_for_function_params(blk);
-                b.switch_to_block(blk);
-                let ps = b.block_params(blk).to_vec();
-                let mut args = vec![ps[0]];
-                for (k, &t) in f.params.iter().enumerate() {
-                    args.push(b.ins().load(
-                        lower::machine_type(t),
-                        MemFlagsData::trusted(),
-                        ps[1],
-                        8 * k as i32,
-                    ));
-                }
-                let callee = jit.declare_func_in_func(funcs[id.index()], b.func);
-                let call = b.ins().call(callee, &args);
-                if let (Some(&r), Some(t)) = (b.inst_results(call).first(), f.ret) {
-                    let w =
-                        if lower::machine_type(t) == types::I8 { b.ins().uextend(types::I64, r) } else { r };
-                    b.ins().store(MemFlagsData::trusted(), w, ps[2], 0);
-                }
-                b.ins().return_(&[]);
-                b.seal_all_blocks();
-                b.finalize(jit.target_config());
-            }
-            batch.push(Job::new(tramps[id.index()].0, format!("{} (entry)", f.name), func, true));
-        }
-        for helper in helpers {
-            batch.push(helper);
-        }
-        let work = batch.finish();
-        for job in &work {
-            let code = match &job.code {
-                Some(Ok(code)) => code,
-                Some(Err(e)) => return Err(e.clone()),
-                None => return Err(JitError(format!("@{} was not compiled", job.name))),
-            };
-            if let Some(v) = &code.vcode {
-                eprintln!("; @{}\n{v}", job.name);
-            }
-            if let Some(dir) = std::env::var_os("MCIR_JIT_BYTES") {
-                let _ =
-                    std::fs::write(std::path::Path::new(&dir).join(format!("{}.bin", job.name)), &code.bytes);
-            }
-            jit.define_function_bytes(job.id, code.align, &code.bytes, &code.relocs).map_err(|e| err(&e))?;
-        }
-        jit.finalize_definitions().map_err(|e| err(&e))?;
-        if std::env::var_os("MCIR_PERF_MAP").is_some() {
-            write_perf_map(&jit, &work);
-        }
-        let entries = tramps
-            .iter()
-            .zip(&is_root)
-            .map(|((t, _), &r)| if r { jit.get_finalized_function(*t) } else { std::ptr::null() })
-            .collect();
-        let tables = Box::new(Tables { types: module.types.clone(), sites });
-        let signatures = module
-            .funcs
-            .iter()
-            .map(|(id, f)| {
-                is_root[id.index()].then(|| {
-                    let params: Vec<(Option<String>, mcir_ir::TypeId)> =
-                        f.params.iter().map(|&t| (None, t)).collect();
-                    let mut sig = mcir_ir::Function::new(&f.name, &params, f.ret);
-                    sig.span = f.span;
-                    sig
-                })
-            })
-            .collect();
-        Ok(Jit { inner: Arc::new(Compiled { jit: Some(jit), entries, tables, signatures }) })
+        let mut builder = Jit::builder(module)?;
+        builder.add(module, roots)?;
+        builder.finish(module)
     }
 
+    /// Native code to be built in steps: functions added with [`JitBuilder::add`] start
+    /// compiling at once, on every core, while the caller goes on (deriving the rules
+    /// of a program whose own functions are already compiling, say). `module` is the
+    /// first module added; later ones may only extend it (same functions and types
+    /// under the same ids, more after them).
+    pub fn builder(module: &Module) -> Result<JitBuilder, JitError> {
+        JitBuilder::new(module)
+    }
     /// Runs `func` on `args` (which must fit its signature) with a fresh workspace.
     pub fn call(&self, func: FuncId, args: &[Val], limits: &Limits) -> Result<Option<Val>, RuntimeError> {
         self.call_in(&mut Workspace::new(), func, args, limits)
@@ -460,6 +236,276 @@ impl Jit {
 /// Names the generated code for `perf` (`/tmp/perf-PID.map`, one line per function:
 /// start, size, name), so profiles of native code show IR function names. Best effort:
 /// a map that cannot be written is left out.
+/// Native code being built (see [`Jit::builder`]).
+pub struct JitBuilder {
+    jit: JITModule,
+    runtime: HashMap<&'static str, CFuncId>,
+    /// Each added function's Cranelift id, and its entry trampoline's if it is a root
+    /// (by function index).
+    funcs: Vec<Option<CFuncId>>,
+    tramps: Vec<Option<(CFuncId, cranelift_codegen::ir::Signature)>>,
+    sites: lower::Sites,
+    batch: pool::Open,
+    helpers: Vec<Job>,
+    fctx: FunctionBuilderContext,
+}
+
+impl JitBuilder {
+    fn new(module: &Module) -> Result<JitBuilder, JitError> {
+        let err = |e: &dyn std::fmt::Display| JitError(e.to_string());
+        let isa = host_isa(false)?;
+        let compile_isa = isa.clone();
+        let quick_isa = host_isa(true)?;
+        let mut jb = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
+        let rt_fns = lower::runtime_functions();
+        let math = math_functions();
+        for r in &rt_fns {
+            jb.symbol(r.name, r.ptr);
+        }
+        for (name, ptr) in &math {
+            jb.symbol(*name, *ptr);
+        }
+        // Libcalls Cranelift may emit on CPUs without SSE4.1.
+        extern "C" fn floor(x: f64) -> f64 {
+            x.floor()
+        }
+        extern "C" fn ceil(x: f64) -> f64 {
+            x.ceil()
+        }
+        extern "C" fn trunc(x: f64) -> f64 {
+            x.trunc()
+        }
+        extern "C" fn nearbyint(x: f64) -> f64 {
+            x.round_ties_even()
+        }
+        jb.symbol("floor", floor as *const u8);
+        jb.symbol("ceil", ceil as *const u8);
+        jb.symbol("trunc", trunc as *const u8);
+        jb.symbol("nearbyint", nearbyint as *const u8);
+        // All of the module's code in one reserved region: calls between its functions
+        // are 32-bit relative, which code scattered over the address space (between
+        // other threads' stacks, say) could not reach. The reservation is address space
+        // only (generous for the module's size and its derivatives', within the ±2 GiB
+        // a call reaches); code that outgrows it is an error, not a crash.
+        let insts: usize = module.funcs.iter().map(|(_, f)| f.insts.len()).sum();
+        let reserve = (16usize << 20).saturating_add(insts.saturating_mul(16 << 10)).min(1 << 30);
+        let arena = cranelift_jit::ArenaMemoryProvider::new_with_size(reserve).map_err(|e| err(&e))?;
+        jb.memory_provider(Box::new(arena));
+        let mut jit = JITModule::new(jb);
+        // Imports.
+        let mut runtime: HashMap<&'static str, CFuncId> = HashMap::new();
+        for r in &rt_fns {
+            let mut sig = jit.make_signature();
+            sig.params.extend(r.params.iter().map(|&t| AbiParam::new(t)));
+            sig.returns.extend(r.ret.iter().map(|&t| AbiParam::new(t)));
+            let id = jit.declare_function(r.name, Linkage::Import, &sig).map_err(|e| err(&e))?;
+            runtime.insert(r.name, id);
+        }
+        for (name, _) in &math {
+            let mut sig = jit.make_signature();
+            sig.params.push(AbiParam::new(types::F64));
+            sig.returns.push(AbiParam::new(types::F64));
+            let id = jit.declare_function(name, Linkage::Import, &sig).map_err(|e| err(&e))?;
+            runtime.insert(name, id);
+        }
+        // Slow paths taken rarely from hot code (a new arena window, a bigger stack, the
+        // time-limit test of a counted loop) go through helpers that preserve every
+        // register, so that values live across them (a loop's accumulator) need not
+        // leave their registers.
+        let mut helpers: Vec<Job> = Vec::new();
+        for (helper, target, arity) in
+            [("alloc_refill", "mc_refill", 3), ("stack_grow", "mc_stack_grow", 3), ("poll", "mc_poll", 2)]
+        {
+            let mut rsig = jit.make_signature();
+            rsig.call_conv = cranelift_codegen::isa::CallConv::PreserveAll;
+            for _ in 0..arity {
+                rsig.params.push(AbiParam::new(types::I64));
+            }
+            let id = jit.declare_function(helper, Linkage::Local, &rsig).map_err(|e| err(&e))?;
+            let mut func = Function::with_name_signature(Default::default(), rsig.clone());
+            let mut fctx = FunctionBuilderContext::new();
+            let mut b = FunctionBuilder::new(&mut func, &mut fctx);
+            let blk = b.create_block();
+            b.append_block_params_for_function_params(blk);
+            b.switch_to_block(blk);
+            let ps = b.block_params(blk).to_vec();
+            let callee = jit.declare_func_in_func(runtime[target], b.func);
+            b.ins().call(callee, &ps);
+            b.ins().return_(&[]);
+            b.seal_all_blocks();
+            b.finalize(jit.target_config());
+            helpers.push(Job::new(id, helper.to_string(), func, true));
+            runtime.insert(helper, id);
+        }
+        let dump = std::env::var_os("MCIR_JIT_DUMP").is_some();
+        Ok(JitBuilder {
+            jit,
+            runtime,
+            funcs: Vec::new(),
+            tramps: Vec::new(),
+            sites: Vec::new(),
+            batch: pool::Open(Batch::start([compile_isa, quick_isa], dump)),
+            helpers,
+            fctx: FunctionBuilderContext::new(),
+        })
+    }
+
+    /// Starts compiling the functions of `module` that `roots` call, directly or not,
+    /// and have not been added yet; the roots can be called.
+    pub fn add(&mut self, module: &Module, roots: &[FuncId]) -> Result<(), JitError> {
+        let err = |e: &dyn std::fmt::Display| JitError(e.to_string());
+        let n = module.funcs.len();
+        self.funcs.resize(n.max(self.funcs.len()), None);
+        self.tramps.resize(n.max(self.tramps.len()), None);
+        let mut reachable = vec![false; n];
+        let mut todo: Vec<FuncId> = roots.to_vec();
+        while let Some(f) = todo.pop() {
+            let fresh = reachable.get(f.index()).is_some_and(|&r| !r) && self.funcs[f.index()].is_none();
+            if !fresh {
+                continue;
+            }
+            reachable[f.index()] = true;
+            for d in module.funcs[f].insts.values() {
+                if let mcir_ir::Op::Call(g) = d.op {
+                    todo.push(g);
+                }
+            }
+        }
+        let runs_once = runs_once(module, &reachable, roots);
+        // Declarations first: bodies call functions declared in this step or before.
+        for (id, f) in module.funcs.iter() {
+            if reachable[id.index()] {
+                let sig = lower::signature(&self.jit, f);
+                let cid = self
+                    .jit
+                    .declare_function(&format!("f{}", id.index()), Linkage::Local, &sig)
+                    .map_err(|e| err(&e))?;
+                self.funcs[id.index()] = Some(cid);
+            }
+        }
+        for &r in roots {
+            if r.index() >= n || self.tramps[r.index()].is_some() {
+                continue;
+            }
+            let mut tsig = self.jit.make_signature();
+            for _ in 0..3 {
+                tsig.params.push(AbiParam::new(types::I64));
+            }
+            let tid = self
+                .jit
+                .declare_function(&format!("entry{}", r.index()), Linkage::Local, &tsig)
+                .map_err(|e| err(&e))?;
+            self.tramps[r.index()] = Some((tid, tsig));
+        }
+        // Each function's Cranelift IR, compiled as soon as it is built (largest first,
+        // so that the cores finish together).
+        let funcs: Vec<CFuncId> = self.funcs.iter().map(|f| f.unwrap_or(CFuncId::from_u32(0))).collect();
+        let mut order: Vec<FuncId> = module.funcs.keys().filter(|id| reachable[id.index()]).collect();
+        order.sort_by_key(|&id| std::cmp::Reverse(module.funcs[id].insts.len()));
+        for id in order {
+            let f = &module.funcs[id];
+            let mut func = Function::new();
+            {
+                let mut l = lower::Lowering {
+                    jit: &mut self.jit,
+                    module,
+                    funcs: &funcs,
+                    runtime: &self.runtime,
+                    sites: &mut self.sites,
+                };
+                l.lower(id, &mut func, &mut self.fctx).map_err(|e| JitError(format!("@{}: {e}", f.name)))?;
+            }
+            if std::env::var_os("MCIR_JIT_CLIF").is_some() {
+                eprintln!("; @{}\n{}", f.name, func.display());
+            }
+            self.batch.push(Job::new(funcs[id.index()], f.name.clone(), func, runs_once[id.index()]));
+        }
+        // Only the roots are called from Rust, so only they get a trampoline: unpack
+        // arguments from 8-byte slots, call, store the result.
+        for &r in roots {
+            let (Some(Some((tid, tsig))), Some(f)) = (self.tramps.get(r.index()), module.funcs.get(r)) else {
+                continue;
+            };
+            let mut func = Function::with_name_signature(Default::default(), tsig.clone());
+            {
+                let mut b = FunctionBuilder::new(&mut func, &mut self.fctx);
+                let blk = b.create_block();
+                b.append_block_params_for_function_params(blk);
+                b.switch_to_block(blk);
+                let ps = b.block_params(blk).to_vec();
+                let mut args = vec![ps[0]];
+                for (k, &t) in f.params.iter().enumerate() {
+                    args.push(b.ins().load(
+                        lower::machine_type(t),
+                        MemFlagsData::trusted(),
+                        ps[1],
+                        8 * k as i32,
+                    ));
+                }
+                let callee = self.jit.declare_func_in_func(funcs[r.index()], b.func);
+                let call = b.ins().call(callee, &args);
+                if let (Some(&res), Some(t)) = (b.inst_results(call).first(), f.ret) {
+                    let w = if lower::machine_type(t) == types::I8 {
+                        b.ins().uextend(types::I64, res)
+                    } else {
+                        res
+                    };
+                    b.ins().store(MemFlagsData::trusted(), w, ps[2], 0);
+                }
+                b.ins().return_(&[]);
+                b.seal_all_blocks();
+                b.finalize(self.jit.target_config());
+            }
+            self.batch.push(Job::new(*tid, format!("{} (entry)", f.name), func, true));
+        }
+        Ok(())
+    }
+
+    /// Waits for everything added to compile; `module` is the last module added.
+    pub fn finish(mut self, module: &Module) -> Result<Jit, JitError> {
+        let err = |e: &dyn std::fmt::Display| JitError(e.to_string());
+        for helper in std::mem::take(&mut self.helpers) {
+            self.batch.push(helper);
+        }
+        let work = self.batch.finish();
+        let mut jit = self.jit;
+        for job in &work {
+            let code = match &job.code {
+                Some(Ok(code)) => code,
+                Some(Err(e)) => return Err(e.clone()),
+                None => return Err(JitError(format!("@{} was not compiled", job.name))),
+            };
+            if let Some(v) = &code.vcode {
+                eprintln!("; @{}\n{v}", job.name);
+            }
+            if let Some(dir) = std::env::var_os("MCIR_JIT_BYTES") {
+                let _ =
+                    std::fs::write(std::path::Path::new(&dir).join(format!("{}.bin", job.name)), &code.bytes);
+            }
+            jit.define_function_bytes(job.id, code.align, &code.bytes, &code.relocs).map_err(|e| err(&e))?;
+        }
+        jit.finalize_definitions().map_err(|e| err(&e))?;
+        if std::env::var_os("MCIR_PERF_MAP").is_some() {
+            write_perf_map(&jit, &work);
+        }
+        let n = module.funcs.len();
+        let mut entries = vec![std::ptr::null(); n];
+        let mut signatures = vec![None; n];
+        for (id, f) in module.funcs.iter() {
+            if let Some(Some((t, _))) = self.tramps.get(id.index()) {
+                entries[id.index()] = jit.get_finalized_function(*t);
+                let params: Vec<(Option<String>, mcir_ir::TypeId)> =
+                    f.params.iter().map(|&t| (None, t)).collect();
+                let mut sig = mcir_ir::Function::new(&f.name, &params, f.ret);
+                sig.span = f.span;
+                signatures[id.index()] = Some(sig);
+            }
+        }
+        let tables = Box::new(Tables { types: module.types.clone(), sites: self.sites });
+        Ok(Jit { inner: Arc::new(Compiled { jit: Some(jit), entries, tables, signatures }) })
+    }
+}
+
 fn write_perf_map(jit: &JITModule, work: &[Job]) {
     use std::io::Write;
     let path = format!("/tmp/perf-{}.map", std::process::id());

@@ -137,9 +137,20 @@ impl Batch {
     }
 }
 
-impl Drop for Batch {
+/// A batch that its builder may still add to: closed when the builder is done with it,
+/// or gives up (the pool's threads waiting for more work then move on).
+pub(crate) struct Open(pub Arc<Batch>);
+
+impl std::ops::Deref for Open {
+    type Target = Batch;
+    fn deref(&self) -> &Batch {
+        &self.0
+    }
+}
+
+impl Drop for Open {
     fn drop(&mut self) {
-        self.close();
+        self.0.close();
     }
 }
 
