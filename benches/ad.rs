@@ -3,8 +3,8 @@
 //! `cargo bench -p mcir --bench ad`; `docs/performance.md` has the figures.
 
 // The baselines index arrays in loops on purpose, as the `.mcir` programs do, and pass
-// matrix shapes explicitly.
-#![allow(clippy::needless_range_loop, clippy::too_many_arguments)]
+// matrix shapes explicitly. A benchmark whose setup fails should stop where it fails.
+#![allow(clippy::needless_range_loop, clippy::too_many_arguments, clippy::unwrap_used, clippy::expect_used)]
 
 use divan::Bencher;
 use mcir::{Arg, GradSlot, Prepared, Program};

@@ -1,6 +1,9 @@
 //! The embedding API: calls from several threads on one compiled program, memory that
 //! does not grow over many calls, and wrong arguments reported as errors.
 
+// Test code: a failure should stop the test where it happens.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use mcir::{ApiError, Arg, GradSlot, Program, Value};
 
 const SOURCE: &str = "

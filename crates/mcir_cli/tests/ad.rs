@@ -3,6 +3,9 @@
 //! corpus passes the checker at its arguments; the derived forward and reverse passes
 //! are snapshotted and, printed, re-parse and verify.
 
+// Test code: a failure should stop the test where it happens.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use support::*;

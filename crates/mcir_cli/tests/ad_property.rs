@@ -3,6 +3,9 @@
 //! in-place updates are differentiated, and the checker confirms every gradient against
 //! finite differences, the restoration of the arguments and the shadows' aliasing.
 
+// Test code: a failure should stop the test where it happens.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use support::Rng;

@@ -1,6 +1,9 @@
 //! The shared conformance cases, copied into `tests/conformance` so that a clone tests
 //! itself: each case of a command this version has must produce its expected output.
 
+// Test code: a failure should stop the test where it happens.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use serde_json::Value as Json;

@@ -2,6 +2,9 @@
 //! the same text and runs to its expected output; every rejected program's rendered
 //! diagnostics are snapshotted; every runtime error points at the failing line.
 
+// Test code: a failure should stop the test where it happens.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use serde_json::Value as Json;

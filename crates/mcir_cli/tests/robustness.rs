@@ -2,6 +2,9 @@
 //! and random token sequences for the front end, token-level mutations of the corpus,
 //! random (often wrong) argument JSON for `mcc run`, and pathological nesting.
 
+// Test code: a failure should stop the test where it happens.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use mcir::ir::{Scalar, Type, TypeId};

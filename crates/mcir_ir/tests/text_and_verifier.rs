@@ -1,6 +1,9 @@
 //! The IR text format and the verifier, on hand-written IR: a function using every op
 //! round-trips, and each kind of malformed IR is rejected with a message naming it.
 
+// Test code: a failure should stop the test where it happens.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use mcir_ir::{parse_module, print_module, verify_module};
 
 const EVERY_OP: &str = "\

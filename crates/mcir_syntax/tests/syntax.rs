@@ -1,6 +1,9 @@
 //! Lexing and parsing details that LANGUAGE.md settles: literals, precedence and
 //! associativity, tuple fields, struct literals in conditions, and error recovery.
 
+// Test code: a failure should stop the test where it happens.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use mcir_syntax::ast::*;
 use mcir_syntax::parse;
 

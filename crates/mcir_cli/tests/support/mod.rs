@@ -1,6 +1,8 @@
 //! Shared helpers for the data-driven tests: reading `.mcir` case headers, running
 //! `mcc` in-process, and comparing JSON with a float tolerance.
 
+// Test helpers: a failure should stop the test where it happens.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(dead_code)]
 
 use serde_json::Value as Json;
