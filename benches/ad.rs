@@ -540,3 +540,30 @@ mod rk4 {
         b.bench_local(|| rk4_gradient(divan::black_box(inputs), steps, &mut g));
     }
 }
+
+/// Compile latency: source text to native code for the function and its gradient
+/// (what `mcc bench` reports as `compile_ms`), for the largest program and a small one.
+mod compile {
+    use super::program_path;
+    use divan::Bencher;
+    use mcir::Program;
+
+    fn compile(b: Bencher, name: &str) {
+        let path = program_path(&format!("{name}.mcir"));
+        let text = std::fs::read_to_string(&path).expect("benchmark program");
+        b.bench_local(|| {
+            let p = Program::compile(name, &text).expect("compiles");
+            p.function(name).expect("function").prepare().expect("prepare").workspace_bytes()
+        });
+    }
+
+    #[divan::bench]
+    fn mlp(b: Bencher) {
+        compile(b, "mlp");
+    }
+
+    #[divan::bench]
+    fn sum_loop(b: Bencher) {
+        compile(b, "sum_loop");
+    }
+}
