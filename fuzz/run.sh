@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Runs the fuzz targets, each for a given time, on a corpus seeded from the project's
+# own programs. Crashes land in fuzz/artifacts/TARGET/; each one found becomes a
+# regression test (see docs/reliability.md).
+#
+#   fuzz/run.sh SECONDS [TARGET...]      (default: every target)
+#
+# Needs cargo-fuzz (`cargo install cargo-fuzz`). libFuzzer's instrumentation uses
+# unstable compiler flags; RUSTC_BOOTSTRAP lets the stable toolchain accept them.
+set -euo pipefail
+cd "$(dirname "$0")"
+seconds=${1:?usage: fuzz/run.sh SECONDS [TARGET...]}
+shift
+targets=("$@")
+if [ ${#targets[@]} -eq 0 ]; then
+    targets=(front_end ir_text mutated_programs)
+fi
+export RUSTC_BOOTSTRAP=1
+for t in "${targets[@]}"; do
+    mkdir -p "corpus/$t" "artifacts/$t"
+    case "$t" in
+        front_end) cp -n ../tests/*/*.mcir "corpus/$t/" 2>/dev/null || true ;;
+        ir_text)
+            # Seeds: the printed IR of every program that compiles, with its rules.
+            for f in ../tests/programs/*.mcir ../tests/check/*.mcir; do
+                out="corpus/$t/$(basename "$f" .mcir).ir"
+                [ -e "$out" ] || cargo run -q --release --manifest-path ../Cargo.toml -p mcir_cli --bin mcc -- \
+                    ir "$f" --stage all > "$out" 2>/dev/null || rm -f "$out"
+            done ;;
+    esac
+    echo "== $t for ${seconds}s"
+    cargo fuzz run "$t" "corpus/$t" -- -max_total_time="$seconds" -rss_limit_mb=4096 -timeout=30 \
+        -artifact_prefix="artifacts/$t/" -print_final_stats=1 2>&1 | tee "artifacts/$t.log" | grep -E '^(#[0-9]+[[:space:]]+DONE|stat::|==[0-9]+== ERROR|thread .* panicked)' || true
+done
