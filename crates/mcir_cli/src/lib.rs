@@ -52,6 +52,13 @@ struct Common {
     /// Stop a program that runs longer than this many seconds.
     #[arg(long, value_name = "SECONDS")]
     timeout: Option<f64>,
+    /// Stop a program whose calls nest deeper than this (default 100000).
+    #[arg(long, value_name = "CALLS")]
+    max_depth: Option<u64>,
+    /// Stop a program that asks for a single allocation larger than this many bytes
+    /// (default 4 GiB).
+    #[arg(long, value_name = "BYTES")]
+    max_alloc: Option<u64>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -233,6 +240,11 @@ fn compile(common: &Common, stdin: &mut dyn Read) -> Result<mcir::Program, Outco
 /// the deepest recursion the limits allow (the memory is reserved, not committed).
 const COMMAND_STACK: usize = 1 << 30;
 
+/// The deepest nesting of calls `--max-depth` may allow (the interpreter needs some of
+/// the command's stack for each call; deeper native recursion is stopped by the stack
+/// limit first, with the same error).
+const MAX_DEPTH_LIMIT: u64 = 1_000_000;
+
 fn limits(common: &Common) -> Result<mcir::Limits, Outcome> {
     let mut limits = mcir::Limits { stack_bytes: COMMAND_STACK - (64 << 20), ..Default::default() };
     if let Some(t) = common.timeout {
@@ -240,6 +252,18 @@ fn limits(common: &Common) -> Result<mcir::Limits, Outcome> {
             return Err(Outcome::usage(format!("--timeout must be a positive number of seconds, not {t}")));
         }
         limits.timeout = Some(Duration::from_secs_f64(t));
+    }
+    if let Some(d) = common.max_depth {
+        if !(1..=MAX_DEPTH_LIMIT).contains(&d) {
+            return Err(Outcome::usage(format!("--max-depth must be from 1 to {MAX_DEPTH_LIMIT}, not {d}")));
+        }
+        limits.max_call_depth = d as usize;
+    }
+    if let Some(b) = common.max_alloc {
+        if b == 0 {
+            return Err(Outcome::usage("--max-alloc must be a positive number of bytes".to_string()));
+        }
+        limits.max_alloc_bytes = b;
     }
     Ok(limits)
 }

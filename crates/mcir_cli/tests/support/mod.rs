@@ -147,6 +147,9 @@ pub fn run_case(path: &Path, text: &str, args: Option<&str>, extra: &[&str]) -> 
     if let Some(f) = &func {
         words.extend(["--fn", f.as_str()]);
     }
+    // Extra command-line flags a case asks for (`// flags: --max-depth 50`).
+    let flags = header(text, "flags").unwrap_or_default();
+    words.extend(flags.split_whitespace());
     words.extend(extra);
     mcc(&words)
 }
