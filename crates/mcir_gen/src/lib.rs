@@ -1,0 +1,416 @@
+//! Random well-typed, terminating `.mcir` programs with arguments, for differential
+//! testing (interpreter against native code, derived rules against finite differences)
+//! and for fuzzing.
+//!
+//! A program is drawn from a seed, or from any byte string (a fuzzer's input), and mixes
+//! what the language offers: constants, value and `mut` structs, tuples, refs, arrays of
+//! rank 1 and 2, loops with constant and data-dependent trip counts, `while` loops,
+//! branches, `break` and `continue`, early returns, calls with aliased arguments,
+//! bounded recursion, in-place updates, fresh allocations and the math builtins. Every
+//! program terminates (every loop has a bound), indexes in range, never overflows an
+//! `i64`, and keeps real arithmetic smooth (no division by values near zero, `log` and
+//! `sqrt` of positive arguments only) and its state bounded (every update of state adds
+//! or multiplies by a bounded amount), so its derivative exists and finite differences
+//! approximate it. Branch thresholds are random, so a kink is met with probability
+//! near zero.
+
+use std::fmt::Write as _;
+
+/// A generated program and arguments for its entry function `main`.
+#[derive(Clone, Debug)]
+pub struct Generated {
+    /// The program's source text.
+    pub source: String,
+    /// The arguments of `main`, as the JSON array `mcc --args` takes.
+    pub args: String,
+}
+
+/// Where random choices come from: a seed's generator, or the bytes of a fuzzer's
+/// input (then zeros once they run out, which ends every choice at its simplest).
+pub enum Source<'a> {
+    /// SplitMix64 from a seed.
+    Seed(u64),
+    /// Bytes, read in order.
+    Bytes(&'a [u8]),
+}
+
+impl Source<'_> {
+    fn next(&mut self) -> u64 {
+        match self {
+            Source::Seed(s) => {
+                *s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                let mut z = *s;
+                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                z ^ (z >> 31)
+            }
+            Source::Bytes(b) => {
+                let mut x = 0u64;
+                for _ in 0..2 {
+                    let (first, rest) = b.split_first().map_or((0, &[][..]), |(f, r)| (*f, r));
+                    *b = rest;
+                    x = (x << 8) | first as u64;
+                }
+                x
+            }
+        }
+    }
+
+    /// A number in `0..n` (`n > 0`).
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+
+    fn chance(&mut self, percent: usize) -> bool {
+        self.below(100) < percent
+    }
+
+    /// A number in about `-2..2`, with two decimals.
+    fn real(&mut self) -> f64 {
+        (self.below(400) as f64 - 200.0) / 100.0
+    }
+
+    /// A threshold for a branch: never a round number, so that no input sits on it.
+    fn threshold(&mut self) -> String {
+        format!("{:.5}", self.real() * 0.7 + 0.000_37)
+    }
+}
+
+/// The program drawn from `seed`.
+pub fn generate(seed: u64) -> Generated {
+    generate_from(&mut Source::Seed(seed))
+}
+
+/// The program drawn from a fuzzer's bytes.
+pub fn generate_from_bytes(data: &[u8]) -> Generated {
+    generate_from(&mut Source::Bytes(data))
+}
+
+/// Sizes of the arrays `main` receives (fixed, so that constant indices are in range).
+const X_LEN: usize = 5;
+const M_ROWS: usize = 3;
+const M_COLS: usize = 4;
+
+/// Names of scalar `f64` values any expression in `main` may read.
+struct Scope {
+    reals: Vec<String>,
+    /// Non-negative `i64` values below 4 (loop counters, small parameters).
+    small_ints: Vec<String>,
+    /// Whether a `break`/`continue` may appear here (inside a loop).
+    in_loop: bool,
+    depth: usize,
+}
+
+struct Gen<'s, 'a> {
+    src: &'s mut Source<'a>,
+    out: String,
+    fresh: usize,
+}
+
+impl Gen<'_, '_> {
+    fn name(&mut self, base: &str) -> String {
+        self.fresh += 1;
+        format!("{base}{}", self.fresh)
+    }
+
+    /// A smooth real expression over the scope's reals.
+    fn real(&mut self, scope: &Scope, depth: usize) -> String {
+        if depth == 0 || self.src.chance(30) {
+            return match self.src.below(10) {
+                0..=6 if !scope.reals.is_empty() => scope.reals[self.src.below(scope.reals.len())].clone(),
+                7 => format!("x[{}]", self.src.below(X_LEN)),
+                8 => format!("m[{}, {}]", self.src.below(M_ROWS), self.src.below(M_COLS)),
+                _ => format!("{:.2}", self.src.real()),
+            };
+        }
+        let a = self.real(scope, depth - 1);
+        match self.src.below(16) {
+            0 | 1 => format!("({a} + {})", self.real(scope, depth - 1)),
+            2 => format!("({a} - {})", self.real(scope, depth - 1)),
+            3 | 4 => format!("({a} * {})", self.real(scope, depth - 1)),
+            5 => {
+                let b = self.real(scope, depth - 1);
+                format!("({a} / (1.5 + {b} * {b}))")
+            }
+            6 => format!("sin({a})"),
+            7 => format!("cos({a})"),
+            8 => format!("tanh({a})"),
+            9 => format!("exp(sin({a}))"),
+            10 => format!("log(1.0 + {a} * {a})"),
+            11 => format!("sqrt(2.0 + {a} * {a})"),
+            12 => format!("atan2({a}, 2.0 + cos({}))", self.real(scope, depth - 1)),
+            13 => format!("(tanh({a}) + 0.5) ** 2"),
+            14 if !scope.small_ints.is_empty() => {
+                let k = &scope.small_ints[self.src.below(scope.small_ints.len())];
+                format!("({a} * f64({k}))")
+            }
+            _ => format!("(-{a})"),
+        }
+    }
+
+    /// An index into `x`, in range.
+    fn x_index(&mut self, scope: &Scope) -> String {
+        if !scope.small_ints.is_empty() && self.src.chance(50) {
+            let k = &scope.small_ints[self.src.below(scope.small_ints.len())];
+            format!("({k} % {X_LEN})")
+        } else {
+            self.src.below(X_LEN).to_string()
+        }
+    }
+
+    fn line(&mut self, indent: usize, text: &str) {
+        let _ = writeln!(self.out, "{}{text}", "    ".repeat(indent));
+    }
+
+    /// Statements of `main`'s body (or a nested block), updating `acc`.
+    fn block(&mut self, scope: &mut Scope, indent: usize, count: usize) {
+        for _ in 0..count {
+            self.statement(scope, indent);
+        }
+    }
+
+    fn statement(&mut self, scope: &mut Scope, indent: usize) {
+        let nested = scope.depth < 2;
+        let e = |g: &mut Self, s: &Scope| g.real(s, 2);
+        match self.src.below(24) {
+            0 | 1 => {
+                let v = self.name("t");
+                let value = e(self, scope);
+                self.line(indent, &format!("let {v} = {value};"));
+                scope.reals.push(v);
+            }
+            2 | 3 => {
+                let value = e(self, scope);
+                let op = ["+=", "-=", "*="][self.src.below(3)];
+                let value = if op == "*=" {
+                    format!("(1.0 + 0.25 * tanh({value}))")
+                } else {
+                    format!("tanh({value})")
+                };
+                self.line(indent, &format!("acc {op} {value};"));
+            }
+            4 => {
+                let i = self.x_index(scope);
+                let value = e(self, scope);
+                self.line(indent, &format!("x[{i}] = 2.0 * tanh({value});"));
+            }
+            5 => {
+                let i = self.x_index(scope);
+                let value = e(self, scope);
+                self.line(indent, &format!("x[{i}] *= 0.5 + 0.25 * cos({value});"));
+            }
+            6 => {
+                let (r, c) = (self.src.below(M_ROWS), self.src.below(M_COLS));
+                let value = e(self, scope);
+                self.line(indent, &format!("m[{r}, {c}] += 0.5 * tanh({value});"));
+            }
+            7 if nested => {
+                let i = self.name("i");
+                self.line(indent, &format!("for {i} in 0..len(x) {{"));
+                let mut inner = Scope {
+                    reals: scope.reals.clone(),
+                    small_ints: scope.small_ints.clone(),
+                    in_loop: true,
+                    depth: scope.depth + 1,
+                };
+                inner.reals.push(format!("x[{i}]"));
+                inner.small_ints.push(i);
+                let n = self.src.below(3) + 1;
+                self.block(&mut inner, indent + 1, n);
+                self.line(indent, "}");
+            }
+            8 if nested => {
+                // A trip count that depends on the data (0 to 3).
+                let k = self.name("k");
+                let value = e(self, scope);
+                self.line(indent, &format!("let {k} = i64(floor(1.5 + 1.49 * sin({value})));"));
+                let j = self.name("j");
+                self.line(indent, &format!("for {j} in 0..{k} {{"));
+                let mut inner = Scope {
+                    reals: scope.reals.clone(),
+                    small_ints: scope.small_ints.clone(),
+                    in_loop: true,
+                    depth: scope.depth + 1,
+                };
+                inner.small_ints.push(j);
+                let n = self.src.below(3) + 1;
+                self.block(&mut inner, indent + 1, n);
+                self.line(indent, "}");
+            }
+            9 if nested => {
+                let c = self.name("c");
+                let t = self.src.threshold();
+                let value = e(self, scope);
+                self.line(indent, &format!("let mut {c} = 0;"));
+                self.line(indent, &format!("while {c} < 4 && acc < {t} + {value} {{"));
+                self.line(indent + 1, "acc += 0.5 + 0.25 * tanh(acc);");
+                self.line(indent + 1, &format!("{c} += 1;"));
+                self.line(indent, "}");
+            }
+            10 | 11 if nested => {
+                let value = e(self, scope);
+                let t = self.src.threshold();
+                self.line(indent, &format!("if {value} > {t} {{"));
+                let mut inner = Scope {
+                    reals: scope.reals.clone(),
+                    small_ints: scope.small_ints.clone(),
+                    in_loop: scope.in_loop,
+                    depth: scope.depth + 1,
+                };
+                let n = self.src.below(2) + 1;
+                self.block(&mut inner, indent + 1, n);
+                if self.src.chance(50) {
+                    self.line(indent, "} else {");
+                    let mut other = Scope {
+                        reals: scope.reals.clone(),
+                        small_ints: scope.small_ints.clone(),
+                        in_loop: scope.in_loop,
+                        depth: scope.depth + 1,
+                    };
+                    let n = self.src.below(2) + 1;
+                    self.block(&mut other, indent + 1, n);
+                }
+                self.line(indent, "}");
+            }
+            12 if scope.in_loop => {
+                let value = e(self, scope);
+                let t = self.src.threshold();
+                let word = if self.src.chance(50) { "break" } else { "continue" };
+                self.line(indent, &format!("if {value} > {t} {{ {word}; }}"));
+            }
+            13 if scope.depth > 0 && !scope.in_loop => {
+                let value = e(self, scope);
+                let t = self.src.threshold();
+                let r = e(self, scope);
+                self.line(indent, &format!("if {value} > {t} {{ return acc * tanh({r}); }}"));
+            }
+            14 => {
+                let value = e(self, scope);
+                self.line(indent, &format!("acc += 0.5 * scale(x, {value});"));
+            }
+            15 => {
+                // Aliasing: the same array twice.
+                self.line(indent, "acc += mix(x, x);");
+            }
+            16 => {
+                let value = e(self, scope);
+                let n = self.src.below(4);
+                self.line(indent, &format!("acc += descend({value}, {n});"));
+            }
+            17 => {
+                let value = e(self, scope);
+                self.line(indent, &format!("*r += 0.5 * tanh({value});"));
+                scope.reals.push("*r".into());
+            }
+            18 => {
+                let (a, b) = (e(self, scope), e(self, scope));
+                let p = self.name("p");
+                self.line(indent, &format!("let {p} = Pair {{ a: tanh({a}), b: tanh({b}) }};"));
+                self.line(indent, &format!("acc += pair_value({p});"));
+            }
+            19 => {
+                let value = e(self, scope);
+                self.line(indent, &format!("st.total += tanh({value});"));
+                let i = self.src.below(X_LEN);
+                self.line(indent, &format!("st.v[{i}] *= 0.75 + 0.125 * sin(st.total);"));
+            }
+            20 => {
+                let y = self.name("y");
+                let value = e(self, scope);
+                match self.src.below(4) {
+                    0 => self.line(indent, &format!("let {y} = sin(x) * tanh({value});")),
+                    1 => self.line(indent, &format!("let {y} = copy(x);")),
+                    2 => self.line(indent, &format!("let {y} = fill(tanh({value}), {X_LEN});")),
+                    _ => self.line(indent, &format!("let {y} = x + tanh(x) * tanh({value});")),
+                }
+                self.line(indent, &format!("acc += tanh(dot({y}, x) * 0.1);"));
+            }
+            21 => {
+                let value = e(self, scope);
+                self.line(indent, &format!("x += tanh({value}) * 0.1;"));
+            }
+            22 => {
+                let t = self.name("u");
+                let value = e(self, scope);
+                self.line(indent, &format!("let {t} = ({value}, x);"));
+                let i = self.src.below(X_LEN);
+                self.line(indent, &format!("acc += tanh({t}.0 + {t}.1[{i}]);"));
+            }
+            _ => {
+                let value = e(self, scope);
+                self.line(indent, &format!("acc += tanh(sum(m) * 0.05 + {value} * f64(n % 3));"));
+            }
+        }
+    }
+}
+
+/// The helper functions every program may call (a fixed prelude keeps `main` the
+/// interesting part, while still exercising calls, aliasing and recursion).
+const PRELUDE: &str = "const HALF: f64 = 0.5;
+
+struct Pair { a: f64, b: f64 }
+
+mut struct State { v: f64[], total: f64 }
+
+// Scales an array in place and returns a smooth summary of it.
+fn scale(v: f64[], s: f64) -> f64 {
+    let f = 1.0 + 0.1 * tanh(s);
+    v *= f;
+    let mut t = 0.0;
+    for i in 0..len(v) {
+        t += sin(v[i]) * HALF;
+    }
+    return t;
+}
+
+// Reads and writes two arrays that may be the same one.
+fn mix(a: f64[], b: f64[]) -> f64 {
+    a[0] = a[0] * 0.5 + b[1] * 0.25;
+    b[2] += tanh(a[0]);
+    return a[0] + b[2];
+}
+
+// Recursion bounded by its integer argument.
+fn descend(z: f64, n: i64) -> f64 {
+    if n <= 0 { return sin(z); }
+    return descend(z * 0.75 + 0.1, n - 1) * 0.9;
+}
+
+fn pair_value(p: Pair) -> f64 {
+    return p.a * cos(p.b) + HALF * p.b;
+}
+";
+
+fn generate_from(src: &mut Source<'_>) -> Generated {
+    let mut g = Gen { src, out: String::new(), fresh: 0 };
+    let statements = g.src.below(8) + 3;
+    let mut scope = Scope {
+        // The accumulator is read through `tanh`: it may grow to tens, and an expression
+        // such as `cos(acc ** 4)` would be too steep for finite differences.
+        reals: vec!["y".into(), "tanh(acc)".into()],
+        small_ints: vec!["n".into()],
+        in_loop: false,
+        depth: 0,
+    };
+    g.out.push_str(PRELUDE);
+    g.out.push_str(
+        "\nfn main(x: f64[], m: f64[,], y: f64, n: i64, r: ref<f64>) -> f64 {\n    let mut acc = y;\n    let st = State { v: copy(x), total: 0.0 };\n",
+    );
+    g.block(&mut scope, 1, statements);
+    g.out.push_str("    return acc + sum(x) * 0.1 + st.total + sum(st.v) * 0.01 + *r;\n}\n");
+    let mut args = String::from("[[");
+    for k in 0..X_LEN {
+        let _ = write!(args, "{}{:.3}", if k > 0 { ", " } else { "" }, g.src.real());
+    }
+    args.push_str("], [");
+    for i in 0..M_ROWS {
+        args.push_str(if i > 0 { ", [" } else { "[" });
+        for j in 0..M_COLS {
+            let _ = write!(args, "{}{:.3}", if j > 0 { ", " } else { "" }, g.src.real());
+        }
+        args.push(']');
+    }
+    let (y, n, r) = (g.src.real(), g.src.below(4), g.src.real());
+    let _ = write!(args, "], {y:.3}, {n}, {r:.3}]");
+    Generated { source: g.out, args }
+}
