@@ -13,7 +13,7 @@ seconds=${1:?usage: fuzz/run.sh SECONDS [TARGET...]}
 shift
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(front_end ir_text mutated_programs)
+    targets=(front_end ir_text mutated_programs end_to_end)
 fi
 export RUSTC_BOOTSTRAP=1
 for t in "${targets[@]}"; do
