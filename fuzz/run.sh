@@ -28,7 +28,10 @@ for t in "${targets[@]}"; do
                     ir "$f" --stage all > "$out" 2>/dev/null || rm -f "$out"
             done ;;
     esac
+    # Inputs that are lists of choices are worth their full length from the start.
+    extra=()
+    case "$t" in mutated_programs|end_to_end) extra=(-len_control=0 -max_len=512) ;; esac
     echo "== $t for ${seconds}s"
-    cargo fuzz run "$t" "corpus/$t" -- -max_total_time="$seconds" -rss_limit_mb=4096 -timeout=30 \
+    cargo fuzz run "$t" "corpus/$t" -- -max_total_time="$seconds" -rss_limit_mb=4096 -timeout=30 "${extra[@]}" \
         -artifact_prefix="artifacts/$t/" -print_final_stats=1 2>&1 | tee "artifacts/$t.log" | grep -E '^(#[0-9]+[[:space:]]+DONE|stat::|==[0-9]+== ERROR|thread .* panicked)' || true
 done
