@@ -3,8 +3,9 @@
 //! and for fuzzing.
 //!
 //! A program is drawn from a seed, or from any byte string (a fuzzer's input), and mixes
-//! what the language offers: constants, value and `mut` structs, tuples, refs, arrays of
-//! rank 1 and 2, loops with constant and data-dependent trip counts, `while` loops,
+//! what the language offers: constants, value and `mut` structs, tuples (nested too),
+//! refs (of scalars and of arrays), `f64` arrays of rank 1 to 3, `i64` and `bool`
+//! arrays, loops with constant and data-dependent trip counts, `while` loops,
 //! branches, `break` and `continue`, early returns, calls with aliased arguments,
 //! bounded recursion, in-place updates, fresh allocations and the math builtins. Every
 //! program terminates (every loop has a bound), indexes in range, never overflows an
@@ -172,7 +173,7 @@ impl Gen<'_, '_> {
     fn statement(&mut self, scope: &mut Scope, indent: usize) {
         let nested = scope.depth < 2;
         let e = |g: &mut Self, s: &Scope| g.real(s, 2);
-        match self.src.below(24) {
+        match self.src.below(30) {
             0 | 1 => {
                 let v = self.name("t");
                 let value = e(self, scope);
@@ -335,6 +336,56 @@ impl Gen<'_, '_> {
                 self.line(indent, &format!("let {t} = ({value}, x);"));
                 let i = self.src.below(X_LEN);
                 self.line(indent, &format!("acc += tanh({t}.0 + {t}.1[{i}]);"));
+            }
+            23 => {
+                // An `i64` array: a literal, an in-place update, a sum.
+                let a = self.name("ka");
+                let (b, c) = (self.src.below(5), self.src.below(5));
+                self.line(indent, &format!("let {a} = [n, {b}, {c}];"));
+                let pick = self.src.below(3);
+                self.line(indent, &format!("{a}[{pick}] += n * 2 - 1;"));
+                let value = e(self, scope);
+                self.line(indent, &format!("acc += tanh({value}) * f64(sum({a})) * 0.1;"));
+            }
+            24 => {
+                // A `bool` array decided by the data, read by a branch.
+                let a = self.name("flags");
+                let t = self.src.threshold();
+                let value = e(self, scope);
+                self.line(indent, &format!("let {a} = [true, {value} > {t}, false];"));
+                let body = e(self, scope);
+                self.line(indent, &format!("if {a}[1] {{ acc += tanh({body}); }} else {{ acc -= 0.25; }}"));
+            }
+            25 => {
+                // A fresh rank-3 array.
+                let a = self.name("cube");
+                let value = e(self, scope);
+                let (i, j, k) = (self.src.below(2), self.src.below(3), self.src.below(2));
+                self.line(indent, &format!("let {a} = zeros(2, 3, 2);"));
+                self.line(indent, &format!("{a}[{i}, {j}, {k}] = tanh({value});"));
+                let pick = self.src.below(X_LEN);
+                self.line(indent, &format!("{a} += x[{pick}] * 0.1;"));
+                self.line(indent, &format!("acc += sum({a}) * 0.1;"));
+            }
+            26 => {
+                // A ref holding an array: updates through it reach the array.
+                let q = self.name("q");
+                let value = e(self, scope);
+                self.line(indent, &format!("let {q} = ref(copy(x));"));
+                let pick = self.src.below(X_LEN);
+                self.line(indent, &format!("(*{q})[{pick}] += tanh({value});"));
+                self.line(indent, &format!("acc += sum(*{q}) * 0.1;"));
+            }
+            27 => {
+                // Nested tuples.
+                let w = self.name("w");
+                let value = e(self, scope);
+                self.line(indent, &format!("let {w} = (({value}, n), x);"));
+                self.line(indent, &format!("acc += tanh({w}.0.0 + f64({w}.0.1)) + {w}.1[0] * 0.1;"));
+            }
+            28 => {
+                let value = e(self, scope);
+                self.line(indent, &format!("acc += HALF * tanh({value});"));
             }
             _ => {
                 let value = e(self, scope);
