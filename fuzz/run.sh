@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the fuzz targets, each for a given time, on a corpus seeded from the project's
-# own programs. Crashes land in fuzz/artifacts/TARGET/; each one found becomes a
-# regression test (see docs/reliability.md).
+# own programs. Crashes land in fuzz/artifacts/TARGET/; each one found is kept in
+# fuzz/regressions/TARGET/ (replayed by every run) and becomes a test under tests/ or
+# crates/*/tests/ (see docs/reliability.md).
 #
 #   fuzz/run.sh SECONDS [TARGET...]      (default: every target)
 #
@@ -32,6 +33,9 @@ for t in "${targets[@]}"; do
     extra=()
     case "$t" in mutated_programs|end_to_end) extra=(-len_control=0 -max_len=512) ;; esac
     echo "== $t for ${seconds}s"
-    cargo fuzz run "$t" "corpus/$t" -- -max_total_time="$seconds" -rss_limit_mb=4096 -timeout=30 "${extra[@]}" \
+    # Inputs that once failed (fuzz/regressions/TARGET) are replayed first, as seeds.
+    dirs=("corpus/$t")
+    [ -d "regressions/$t" ] && dirs+=("regressions/$t")
+    cargo fuzz run "$t" "${dirs[@]}" -- -max_total_time="$seconds" -rss_limit_mb=4096 -timeout=30 "${extra[@]}" \
         -artifact_prefix="artifacts/$t/" -print_final_stats=1 2>&1 | tee "artifacts/$t.log" | grep -E '^(#[0-9]+[[:space:]]+DONE|stat::|==[0-9]+== ERROR|thread .* panicked)' || true
 done

@@ -838,6 +838,10 @@ fn invoke(call: EntryFn, ctx: &mut Ctx, words: &[u64], ret: &mut u64, timeout: O
         call(ctx, words.as_ptr(), ret);
         done.store(true, Ordering::Release);
         watchdog.thread().unpark();
+        // Joined here rather than at the end of the scope: the scope only waits for the
+        // closure, and the thread's own exit (its thread-local destructors) would then
+        // outlive the call (a leak checker sees its memory as lost).
+        let _ = watchdog.join();
     });
 }
 
