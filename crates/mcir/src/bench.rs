@@ -90,9 +90,11 @@ pub fn bench(
     args_json: &str,
     iters: usize,
     limits: &Limits,
+    source_limits: &crate::SourceLimits,
 ) -> Result<BenchReport, ApiError> {
+    let compile = |file: &str, source: &str| Program::compile_with(file, source, source_limits);
     // Arguments are read first: decoding JSON is not compiling.
-    let parsed = Program::compile(file, source).map_err(|e| ApiError::Compile(e.render()))?;
+    let parsed = compile(file, source).map_err(|e| ApiError::Compile(e.render()))?;
     let pid = parsed.entry(name).map_err(|e| ApiError::Args(e.to_string()))?;
     let args =
         crate::json::decode_args(&parsed.module, pid, args_json).map_err(|e| ApiError::Args(e.message))?;
@@ -102,14 +104,14 @@ pub fn bench(
     let mut compiles = Vec::new();
     for _ in 0..COMPILE_ROUNDS - 1 {
         let t = Instant::now();
-        let p = Program::compile(file, source).map_err(|e| ApiError::Compile(e.render()))?;
+        let p = compile(file, source).map_err(|e| ApiError::Compile(e.render()))?;
         let pid = p.entry(name).map_err(|e| ApiError::Args(e.to_string()))?;
         let fname = p.module.funcs[pid].name.clone();
         p.function(&fname)?.prepare()?;
         compiles.push(t.elapsed().as_secs_f64() * 1e3);
     }
     let start = Instant::now();
-    let program = Program::compile(file, source).map_err(|e| ApiError::Compile(e.render()))?;
+    let program = compile(file, source).map_err(|e| ApiError::Compile(e.render()))?;
     let id = program.entry(name).map_err(|e| ApiError::Args(e.to_string()))?;
     let fname = program.module.funcs[id].name.clone();
     let function = program.function(&fname)?.with_limits(limits.clone());

@@ -45,16 +45,21 @@ pub fn decode_arg_list(module: &Module, func: FuncId, json: &Json) -> Result<Vec
 }
 
 fn mismatch(types: &TypeTable, ty: TypeId, j: &Json, path: &str) -> ArgError {
-    let found = match j {
+    ArgError { message: format!("{path} must be {}, but it is {}", describe(types, ty), describe_json(j)) }
+}
+
+/// What a JSON value is, in words.
+fn describe_json(j: &Json) -> String {
+    match j {
         Json::Null => "null".to_string(),
         Json::Bool(_) => "a boolean".to_string(),
         Json::Number(n) if n.is_i64() || n.is_u64() => format!("the integer {n}"),
         Json::Number(n) => format!("the number {n}"),
         Json::String(s) => format!("the string {s:?}"),
+        Json::Array(a) if a.len() == 1 => "an array of 1 element".to_string(),
         Json::Array(a) => format!("an array of {} elements", a.len()),
         Json::Object(_) => "an object".to_string(),
-    };
-    ArgError { message: format!("{path} must be {}, but it is {found}", describe(types, ty)) }
+    }
 }
 
 fn describe(types: &TypeTable, ty: TypeId) -> String {
@@ -62,7 +67,12 @@ fn describe(types: &TypeTable, ty: TypeId) -> String {
         Some(Type::Scalar(Scalar::F64)) => "an f64 (a number)".into(),
         Some(Type::Scalar(Scalar::I64)) => "an i64 (an integer)".into(),
         Some(Type::Scalar(Scalar::Bool)) => "a bool".into(),
-        _ => format!("a {}", types.display(ty)),
+        Some(Type::Array { rank, .. }) => format!("an array of rank {rank} (`{}`)", types.display(ty)),
+        Some(Type::Struct(_)) => format!("a `{}` (an object keyed by field name)", types.display(ty)),
+        Some(Type::Tuple(fields)) => {
+            format!("a `{}` (an array of {} elements)", types.display(ty), fields.len())
+        }
+        _ => format!("a value of type `{}`", types.display(ty)),
     }
 }
 
@@ -167,7 +177,7 @@ fn fill_array(
 ) -> Result<(), ArgError> {
     let Some((&n, rest)) = shape.split_first() else {
         let v = decode_scalar(elem, j).map_err(|_| ArgError {
-            message: format!("{path} must be {}, but it is {j}", describe_scalar(elem)),
+            message: format!("{path} must be {}, but it is {}", describe_scalar(elem), describe_json(j)),
         })?;
         match (out, v) {
             (ArrayData::F64(d), Val::F64(x)) => d.push(x),

@@ -31,6 +31,7 @@ pub use mcir_interp::{Limits, RuntimeError, RuntimeErrorKind, Val};
 /// The IR: printer, parser and verifier, for tools built on the library.
 pub use mcir_ir as ir;
 pub use mcir_ir::{FuncId, Module};
+pub use mcir_syntax::SourceLimits;
 
 use std::sync::Arc;
 
@@ -59,17 +60,34 @@ pub struct Program {
 impl Program {
     /// Parses, checks and lowers `text`; `name` is used in error messages.
     pub fn compile(name: &str, text: &str) -> Result<Program, CompileError> {
+        Program::compile_with(name, text, &SourceLimits::default())
+    }
+
+    /// [`Program::compile`], rejecting source that nests deeper than `limits` allow
+    /// (each limit at most [`SourceLimits::CEILING`]).
+    pub fn compile_with(name: &str, text: &str, limits: &SourceLimits) -> Result<Program, CompileError> {
         let source = Arc::new(SourceFile::new(name, text));
+        let fail = |message: String| CompileError {
+            source: Arc::clone(&source),
+            diagnostics: vec![mcir_syntax::Diagnostic::error(message, Default::default())],
+        };
+        let ceiling = SourceLimits::CEILING;
+        if !(1..=ceiling).contains(&limits.max_nesting) || !(1..=ceiling).contains(&limits.max_expr_depth) {
+            return Err(fail(format!(
+                "source limits must be from 1 to {ceiling}, not {} (nesting) and {} (expression depth)",
+                limits.max_nesting, limits.max_expr_depth
+            )));
+        }
         let src = Arc::clone(&source);
-        let result = stack::on_compiler_thread(move || compile_module(&src.text)).unwrap_or_else(|| {
-            Err(vec![mcir_syntax::Diagnostic::error(
-                "internal compiler error: the compiler thread panicked",
-                Default::default(),
-            )])
-        });
+        let limits = *limits;
+        let result =
+            stack::on_compiler_thread(stack::bytes_for(&limits), move || compile_module(&src.text, &limits));
         match result {
-            Ok(module) => Ok(Program::from_parts(source, module)),
-            Err(diagnostics) => Err(CompileError { source, diagnostics }),
+            Some(Ok(module)) => Ok(Program::from_parts(source, module)),
+            Some(Err(diagnostics)) => Err(CompileError { source, diagnostics }),
+            None => {
+                Err(fail("internal compiler error: the compiler thread panicked or could not start".into()))
+            }
         }
     }
 
@@ -176,8 +194,8 @@ pub(crate) fn native_error(e: mcir_jit::JitError) -> RuntimeError {
     }
 }
 
-fn compile_module(text: &str) -> Result<Module, Vec<mcir_syntax::Diagnostic>> {
-    let parsed = mcir_syntax::parse(text);
+fn compile_module(text: &str, limits: &SourceLimits) -> Result<Module, Vec<mcir_syntax::Diagnostic>> {
+    let parsed = mcir_syntax::parse_with(text, limits);
     if !parsed.diagnostics.is_empty() {
         return Err(parsed.diagnostics);
     }

@@ -4,11 +4,24 @@
 //! front end runs on a thread of its own; starting one per compile would cost more than
 //! compiling a small program, so a thread that has finished waits for the next compile.
 
+use mcir_syntax::SourceLimits;
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Mutex;
 
-/// The stack given to the compiler's recursive passes.
+/// The stack of the compiler threads kept between compiles: enough for the default
+/// [`SourceLimits`].
 const COMPILER_STACK: usize = 256 << 20;
+
+/// Stack to allow per level of nesting. The recursive passes take about 10 KiB a level
+/// of expression at opt-level 0 (a 10 000-deep chain needs 64 to 128 MiB unoptimised);
+/// this leaves twice that.
+const STACK_PER_LEVEL: usize = 24 << 10;
+
+/// The stack the front end needs for source within `limits`.
+pub(crate) fn bytes_for(limits: &SourceLimits) -> usize {
+    let deepest = limits.max_nesting.max(limits.max_expr_depth);
+    deepest.saturating_mul(STACK_PER_LEVEL).saturating_add(16 << 20).max(COMPILER_STACK)
+}
 
 /// Work for a compiler thread, given the sender that hands that thread more work.
 struct Task(Box<dyn FnOnce(&Handle) + Send>);
@@ -19,9 +32,17 @@ type Handle = Sender<Task>;
 /// Compiler threads waiting for work.
 static IDLE: Mutex<Vec<Sender<Task>>> = Mutex::new(Vec::new());
 
-/// Runs `work` on a compiler thread and returns its result, or `None` if it panicked.
-/// When no thread can be started, `work` runs on the calling thread.
-pub(crate) fn on_compiler_thread<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+/// Runs `work` on a compiler thread with at least `stack` bytes of stack and returns its
+/// result, or `None` if it panicked or no thread could be started. A stack larger than
+/// the kept threads' gets a thread of its own.
+pub(crate) fn on_compiler_thread<T: Send + 'static>(
+    stack: usize,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    if stack > COMPILER_STACK {
+        let thread = std::thread::Builder::new().name("mcir-compile-deep".into()).stack_size(stack);
+        return thread.spawn(work).ok()?.join().ok();
+    }
     let (reply, result) = channel();
     let mut task = Task(Box::new(move |me: &Handle| {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
@@ -35,15 +56,8 @@ pub(crate) fn on_compiler_thread<T: Send + 'static>(work: impl FnOnce() -> T + S
         let idle = IDLE.lock().ok().and_then(|mut idle| idle.pop());
         let thread = match idle {
             Some(t) => t,
-            None => match start_thread() {
-                Some(t) => t,
-                None => {
-                    // No thread: run here with a sender nobody listens to.
-                    let (me, _) = channel();
-                    (task.0)(&me);
-                    return result.recv().ok().flatten();
-                }
-            },
+            // Without a thread there is no stack known to be big enough.
+            None => start_thread()?,
         };
         match thread.send(task) {
             Ok(()) => return result.recv().ok().flatten(),

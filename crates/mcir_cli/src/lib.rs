@@ -59,6 +59,16 @@ struct Common {
     /// (default 4 GiB).
     #[arg(long, value_name = "BYTES")]
     max_alloc: Option<u64>,
+    /// Stop a program whose allocations in one call add up to more than this many bytes
+    /// (default 8 GiB).
+    #[arg(long, value_name = "BYTES")]
+    max_memory: Option<u64>,
+    /// Reject source whose brackets `( [ {` nest deeper than this (default 256).
+    #[arg(long, value_name = "DEPTH")]
+    max_nesting: Option<usize>,
+    /// Reject source with an expression nested deeper than this (default 10000).
+    #[arg(long, value_name = "DEPTH")]
+    max_expr_depth: Option<usize>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -228,10 +238,28 @@ fn read_json_arg(flag: &str, text: &str) -> Result<String, Outcome> {
     }
 }
 
+fn source_limits(common: &Common) -> Result<mcir::SourceLimits, Outcome> {
+    let mut limits = mcir::SourceLimits::default();
+    let ceiling = mcir::SourceLimits::CEILING;
+    for (flag, given, slot) in [
+        ("--max-nesting", common.max_nesting, &mut limits.max_nesting),
+        ("--max-expr-depth", common.max_expr_depth, &mut limits.max_expr_depth),
+    ] {
+        if let Some(n) = given {
+            if !(1..=ceiling).contains(&n) {
+                return Err(Outcome::usage(format!("{flag} must be from 1 to {ceiling}, not {n}")));
+            }
+            *slot = n;
+        }
+    }
+    Ok(limits)
+}
+
 fn compile(common: &Common, stdin: &mut dyn Read) -> Result<mcir::Program, Outcome> {
+    let source_limits = source_limits(common)?;
     let (name, text) = read_program(&common.file, stdin)?;
     let engine = if common.interp { mcir::Engine::Interpreter } else { mcir::Engine::Jit };
-    mcir::Program::compile(&name, &text)
+    mcir::Program::compile_with(&name, &text, &source_limits)
         .map(|p| p.with_engine(engine))
         .map_err(|e| Outcome::program(e.render()))
 }
@@ -264,6 +292,12 @@ fn limits(common: &Common) -> Result<mcir::Limits, Outcome> {
             return Err(Outcome::usage("--max-alloc must be a positive number of bytes".to_string()));
         }
         limits.max_alloc_bytes = b;
+    }
+    if let Some(b) = common.max_memory {
+        if b == 0 {
+            return Err(Outcome::usage("--max-memory must be a positive number of bytes".to_string()));
+        }
+        limits.max_memory_bytes = b;
     }
     Ok(limits)
 }
@@ -316,11 +350,14 @@ fn cmd_bench(common: &Common, args: Option<&str>, iters: usize, stdin: &mut dyn 
             return Err(Outcome::usage("bench measures native code; --interp does not apply"));
         }
         let limits = limits(common)?;
+        let source_limits = source_limits(common)?;
         let (name, text) = read_program(&common.file, stdin)?;
         // Compile errors are reported with their source lines, as for every command.
-        mcir::Program::compile(&name, &text).map_err(|e| Outcome::program(e.render()))?;
+        mcir::Program::compile_with(&name, &text, &source_limits)
+            .map_err(|e| Outcome::program(e.render()))?;
         let args = read_json_arg("--args", args.unwrap_or("[]"))?;
-        match mcir::bench::bench(&name, &text, common.func.as_deref(), &args, iters, &limits) {
+        match mcir::bench::bench(&name, &text, common.func.as_deref(), &args, iters, &limits, &source_limits)
+        {
             Ok(r) => Ok(Outcome::ok(r.to_json() + "\n")),
             Err(mcir::ApiError::Args(m)) => Err(Outcome::usage(m)),
             Err(mcir::ApiError::Runtime(e)) => {

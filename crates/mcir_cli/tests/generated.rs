@@ -65,6 +65,7 @@ fn generated_programs_agree_across_engines_and_pass_the_checker() {
     std::fs::create_dir_all(&dir).unwrap();
     let failures: Vec<String> = (first..first + count).filter_map(|seed| differences(seed, &dir)).collect();
     let _ = std::fs::remove_dir_all(&dir);
+    eprintln!("generated programs: seeds {first}..{}, {} failed", first + count, failures.len());
     assert!(
         failures.is_empty(),
         "{} of {count} generated programs failed:\n{}",

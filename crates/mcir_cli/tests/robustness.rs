@@ -367,3 +367,104 @@ fn timeout_stops_native_code_and_the_interpreter() {
         }
     }
 }
+
+/// The source limits move with `--max-nesting` and `--max-expr-depth`: a chain past
+/// the default depth compiles (on a front-end stack sized for it) once allowed, and a
+/// lowered limit rejects what the default accepts, at the place it is passed.
+#[test]
+fn source_limits_are_configurable() {
+    let chain = format!("fn main(x: f64) -> f64 {{ return x{}; }}", " + x".repeat(15_000));
+    let path = tempfile_path("chain15000.mcir");
+    std::fs::write(&path, &chain).unwrap();
+    let p = path.to_str().unwrap();
+    let out = mcc(&["run", p, "--args", "[2.0]"]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(out.stderr.contains("more than 10000 operations deep"), "{}", out.stderr);
+    assert!(out.stderr.contains("chain15000.mcir:1:"), "the error has a location: {}", out.stderr);
+    for extra in [&[][..], &["--interp"][..]] {
+        let mut words = vec!["grad", p, "--args", "[2.0]", "--max-expr-depth", "20000"];
+        words.extend(extra);
+        let out = mcc(&words);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        assert_eq!(out.stdout.trim(), r#"{"value": 30002.0, "gradient": [15001.0]}"#);
+    }
+
+    let nested = tempfile_path("nested.mcir");
+    std::fs::write(&nested, "fn main() -> f64 {\n    return ((1.0));\n}\n").unwrap();
+    let n = nested.to_str().unwrap();
+    assert_eq!(mcc(&["run", n, "--max-nesting", "3"]).code, 0);
+    let out = mcc(&["run", n, "--max-nesting", "2"]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(out.stderr.contains("brackets nest more than 2 deep"), "{}", out.stderr);
+    assert!(out.stderr.contains("nested.mcir:2:13"), "at the third bracket: {}", out.stderr);
+
+    for (flag, value) in [("--max-nesting", "0"), ("--max-expr-depth", "100001"), ("--max-nesting", "-1")] {
+        let out = mcc(&["run", n, flag, value]);
+        assert_eq!(out.code, 2, "{flag} {value}: {}", out.stderr);
+        assert!(out.stderr.starts_with("error:"), "{}", out.stderr);
+    }
+    let limits = mcir::SourceLimits { max_nesting: 0, ..Default::default() };
+    assert!(mcir::Program::compile_with("x.mcir", "fn main() {}", &limits).is_err());
+}
+
+/// `--max-memory` caps what one call allocates in total, the derived rule's tape
+/// included, on both engines; and a zero limit is a usage error.
+#[test]
+fn the_memory_limit_stops_a_call_cleanly() {
+    let text = "fn main(x: f64, n: i64) -> f64 {\n    let mut s = x;\n    for i in 0..n {\n        s = sin(s) * 1.5;\n    }\n    return s;\n}\n";
+    let path = tempfile_path("tape.mcir");
+    std::fs::write(&path, text).unwrap();
+    let p = path.to_str().unwrap();
+    for extra in [&[][..], &["--interp"][..]] {
+        // The primal allocates nothing; its gradient tapes a value per iteration.
+        let mut words = vec!["run", p, "--args", "[0.5, 200000]", "--max-memory", "100000"];
+        words.extend(extra);
+        assert_eq!(mcc(&words).code, 0, "{extra:?}");
+        words[0] = "grad";
+        let out = mcc(&words);
+        assert_eq!(out.code, 1, "{extra:?}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("out of memory") && out.stderr.contains("100000 bytes"),
+            "{}",
+            out.stderr
+        );
+        assert!(out.stderr.contains("tape.mcir:"), "the error has a location: {}", out.stderr);
+        // A limit the tape fits in.
+        let mut words = vec!["grad", p, "--args", "[0.5, 200000]", "--max-memory", "100000000"];
+        words.extend(extra);
+        assert_eq!(mcc(&words).code, 0, "{extra:?}");
+    }
+    let out = mcc(&["run", p, "--args", "[0.5, 1]", "--max-memory", "0"]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+}
+
+/// Every kind of bad argument in `tests/bad_input/arguments.cases` (malformed JSON,
+/// wrong types and shapes, NaN and infinities, empty arrays) gives a defined result or a
+/// clear usage error, the same on both engines, for `run` and `grad`.
+#[test]
+fn bad_arguments_give_defined_results_or_clear_errors() {
+    let dir = root().join("tests/bad_input");
+    let program = dir.join("arguments.mcir");
+    let p = program.to_str().unwrap();
+    let cases = std::fs::read_to_string(dir.join("arguments.cases")).unwrap();
+    let mut transcript = String::new();
+    let mut count = 0;
+    for line in cases.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+        let (name, args) = line.split_once('\t').expect("name, a tab, the arguments");
+        transcript.push_str(&format!("== {name}: {args}\n"));
+        for cmd in ["run", "grad"] {
+            let native = mcc(&[cmd, p, "--args", args]);
+            let interp = mcc(&[cmd, p, "--args", args, "--interp"]);
+            assert_eq!(native, interp, "{name}: {cmd} differs between the engines");
+            match native.code {
+                0 => assert!(native.stderr.is_empty(), "{name}: {}", native.stderr),
+                2 => assert!(native.stderr.starts_with("error: ") && native.stdout.is_empty(), "{name}"),
+                code => panic!("{name}: {cmd} exited {code}: {}", native.stderr),
+            }
+            transcript.push_str(&format!("{cmd} [{}] {}{}", native.code, native.stdout, native.stderr));
+        }
+        count += 1;
+    }
+    assert!(count >= 25);
+    snapshot_settings("bad_input").bind(|| insta::assert_snapshot!("arguments", transcript));
+}

@@ -15,6 +15,10 @@ pub struct Limits {
     pub max_call_depth: usize,
     /// The largest single allocation, in bytes.
     pub max_alloc_bytes: u64,
+    /// The most memory one call may allocate in total, in bytes: arrays, refs, mutable
+    /// structs and the tape of a derived rule. Native code keeps every allocation until
+    /// the call returns, so the total is what the call holds at its end.
+    pub max_memory_bytes: u64,
     /// How long the run may take.
     pub timeout: Option<Duration>,
     /// How much of the calling thread's stack native code may use; deeper recursion is
@@ -24,7 +28,13 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_call_depth: 100_000, max_alloc_bytes: 4 << 30, timeout: None, stack_bytes: 1 << 20 }
+        Limits {
+            max_call_depth: 100_000,
+            max_alloc_bytes: 4 << 30,
+            max_memory_bytes: 8 << 30,
+            timeout: None,
+            stack_bytes: 1 << 20,
+        }
     }
 }
 
@@ -64,6 +74,16 @@ pub enum RuntimeErrorKind {
         /// The limit.
         limit: u64,
     },
+    /// The call's allocations add up to more than the limit on memory.
+    MemoryLimit {
+        /// The limit.
+        limit: u64,
+    },
+    /// The system could not supply memory the limits allow.
+    OutOfMemory {
+        /// Bytes asked for.
+        bytes: u64,
+    },
     /// The time limit was reached.
     Timeout(Duration),
     /// A value of the wrong kind reached an operation: a bug, reported rather than a crash.
@@ -102,6 +122,12 @@ impl fmt::Display for RuntimeErrorKind {
             RuntimeErrorKind::AllocationTooLarge { bytes, limit } => {
                 write!(f, "allocation of {bytes} bytes exceeds the limit of {limit} bytes")
             }
+            RuntimeErrorKind::MemoryLimit { limit } => {
+                write!(f, "out of memory: the call's allocations exceed the limit of {limit} bytes in total")
+            }
+            RuntimeErrorKind::OutOfMemory { bytes } => {
+                write!(f, "out of memory: the system could not supply {bytes} bytes")
+            }
             RuntimeErrorKind::Timeout(d) => write!(f, "timed out after {:.3} s", d.as_secs_f64()),
             RuntimeErrorKind::Internal(m) => write!(f, "internal error: {m}"),
         }
@@ -131,6 +157,8 @@ struct Frame {
 pub struct Interpreter<'m> {
     module: &'m Module,
     limits: Limits,
+    /// Bytes the current call has allocated, counted against `limits.max_memory_bytes`.
+    allocated: u64,
     /// Where `print` writes; standard error by default.
     print: Box<dyn FnMut(&str) + 'm>,
 }
@@ -138,7 +166,7 @@ pub struct Interpreter<'m> {
 impl<'m> Interpreter<'m> {
     /// An interpreter for `module`, which must pass the verifier.
     pub fn new(module: &'m Module, limits: Limits) -> Self {
-        Interpreter { module, limits, print: Box::new(|s| eprintln!("{s}")) }
+        Interpreter { module, limits, allocated: 0, print: Box::new(|s| eprintln!("{s}")) }
     }
 
     /// Sends the output of `print` to `sink` instead of standard error.
@@ -150,6 +178,7 @@ impl<'m> Interpreter<'m> {
     /// Calls `func` with `args` (which must fit its signature) and returns its result.
     pub fn call(&mut self, func: FuncId, args: Vec<Val>) -> Result<Option<Val>, RuntimeError> {
         let deadline = self.limits.timeout.map(|t| (Instant::now() + t, t));
+        self.allocated = 0;
         let mut frames: Vec<Frame> = vec![self.frame(func, args, None)];
         let mut steps: u64 = 0;
         loop {
@@ -192,6 +221,7 @@ impl<'m> Interpreter<'m> {
                 }
                 let args: Vec<&Val> = d.args.iter().map(|a| &frame.regs[a.index()]).collect();
                 let out = self.exec(&d.op, &args).map_err(fail)?;
+                self.charge(allocated_bytes(&d.op, &out)).map_err(fail)?;
                 if let Some(r) = d.result {
                     frame.regs[r.index()] = out;
                 }
@@ -233,6 +263,15 @@ impl<'m> Interpreter<'m> {
         Ok(())
     }
 
+    /// Counts `bytes` more against the call's limit on memory.
+    fn charge(&mut self, bytes: u64) -> Result<(), Kind> {
+        self.allocated = self.allocated.saturating_add(bytes);
+        if self.allocated > self.limits.max_memory_bytes {
+            return Err(Kind::MemoryLimit { limit: self.limits.max_memory_bytes });
+        }
+        Ok(())
+    }
+
     fn exec(&mut self, op: &Op, a: &[&Val]) -> Result<Val, Kind> {
         let types = &self.module.types;
         Ok(match op {
@@ -263,10 +302,12 @@ impl<'m> Interpreter<'m> {
                     shape.push(n);
                 }
                 self.alloc_check(count)?;
+                // Charged before the memory is taken: a fill is how a program asks for a lot.
+                self.charge(ARRAY_HEADER_BYTES + (count as u64).saturating_mul(8))?;
                 let data = match a.first() {
-                    Some(Val::F64(x)) => ArrayData::F64(vec![*x; count]),
-                    Some(Val::I64(x)) => ArrayData::I64(vec![*x; count]),
-                    Some(Val::Bool(x)) => ArrayData::Bool(vec![*x; count]),
+                    Some(Val::F64(x)) => ArrayData::F64(filled(*x, count)?),
+                    Some(Val::I64(x)) => ArrayData::I64(filled(*x, count)?),
+                    Some(Val::Bool(x)) => ArrayData::Bool(filled(*x, count)?),
                     _ => return Err(internal("array.fill of a non-scalar")),
                 };
                 Val::Array(Array::new(shape, data))
@@ -479,6 +520,82 @@ impl<'m> Interpreter<'m> {
             Op::Call(_) => return Err(internal("calls are handled by the frame loop")),
             Op::Print => return Err(internal("print is handled by the frame loop")),
         })
+    }
+}
+
+/// `count` copies of `x`, or an error when the system has no memory for them (where
+/// `vec![x; count]` would abort the process).
+fn filled<T: Clone>(x: T, count: usize) -> Result<Vec<T>, Kind> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(count).map_err(|_| Kind::OutOfMemory {
+        bytes: (count as u64).saturating_mul(std::mem::size_of::<T>() as u64),
+    })?;
+    v.resize(count, x);
+    Ok(v)
+}
+
+/// What native code spends on an array besides its elements.
+const ARRAY_HEADER_BYTES: u64 = 48;
+
+/// The bytes an op's result newly holds, as native code would allocate them (arrays
+/// count 8 bytes an element plus a header, whatever their element type; a fill is
+/// charged before it allocates).
+fn allocated_bytes(op: &Op, out: &Val) -> u64 {
+    match op {
+        Op::ArrayLit(_)
+        | Op::ArrayCopy
+        | Op::MapFBinary(_)
+        | Op::MapIBinary(_)
+        | Op::MapFUnary(_)
+        | Op::MapFPowI
+        | Op::ZerosLike => match out {
+            Val::Array(arr) => ARRAY_HEADER_BYTES + (arr.data.borrow().len() as u64).saturating_mul(8),
+            _ => 0,
+        },
+        Op::RefNew | Op::StackPush => 8,
+        Op::StackNew => 24,
+        Op::StructNew(_) => match out {
+            Val::Mut(fields) => 8 * fields.borrow().len() as u64,
+            _ => 0,
+        },
+        Op::FConst(_)
+        | Op::IConst(_)
+        | Op::BConst(_)
+        | Op::FBinary(_)
+        | Op::FUnary(_)
+        | Op::FPowI
+        | Op::IBinary(_)
+        | Op::IUnary(_)
+        | Op::FCmp(_)
+        | Op::ICmp(_)
+        | Op::BCmp(_)
+        | Op::Not
+        | Op::IToF
+        | Op::FToI
+        | Op::ArrayFill
+        | Op::ArrayDim(_)
+        | Op::Load
+        | Op::Store
+        | Op::TrustedLoad
+        | Op::TrustedStore
+        | Op::CopyInto
+        | Op::Sum
+        | Op::Dot
+        | Op::RefLoad
+        | Op::RefStore
+        | Op::TupleNew
+        | Op::TupleGet(_)
+        | Op::StructGet(..)
+        | Op::MutLoad(..)
+        | Op::MutStore(..)
+        | Op::Select
+        | Op::AddInto
+        | Op::Axpy
+        | Op::MoveAdd
+        | Op::StackPeek
+        | Op::StackPop
+        | Op::Call(_)
+        | Op::Print => 0,
     }
 }
 

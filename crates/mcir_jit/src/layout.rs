@@ -74,8 +74,12 @@ pub(crate) struct Runtime {
 pub(crate) struct Arena {
     chunks: Vec<Vec<u64>>,
     current: usize,
+    /// Bytes of the chunks up to and including `current`: what the call holds.
+    held_bytes: u64,
     /// The largest single allocation allowed.
     pub max_alloc_bytes: u64,
+    /// The most a call may hold in total.
+    pub max_memory_bytes: u64,
 }
 
 /// The first chunk is small (most calls need little); later ones double, up to a cap.
@@ -83,13 +87,14 @@ const FIRST_CHUNK_WORDS: usize = 1 << 9;
 const MAX_CHUNK_WORDS: usize = 1 << 17;
 
 impl Arena {
-    pub fn new(max_alloc_bytes: u64) -> Arena {
-        Arena { chunks: Vec::new(), current: 0, max_alloc_bytes }
+    pub fn new(max_alloc_bytes: u64, max_memory_bytes: u64) -> Arena {
+        Arena { chunks: Vec::new(), current: 0, held_bytes: 0, max_alloc_bytes, max_memory_bytes }
     }
 
     /// Starts over at the first chunk, keeping the memory.
     pub fn reset(&mut self) {
         self.current = 0;
+        self.held_bytes = self.chunks.first().map_or(0, |c| c.len() as u64 * 8);
     }
 
     fn window_of(chunk: &mut [u64]) -> (u64, u64) {
@@ -103,6 +108,7 @@ impl Arena {
         if self.chunks.is_empty() {
             self.push_chunk(FIRST_CHUNK_WORDS)?;
         }
+        self.held_bytes = self.chunks[0].len() as u64 * 8;
         Ok(Self::window_of(&mut self.chunks[0]))
     }
 
@@ -112,12 +118,25 @@ impl Arena {
         loop {
             self.current += 1;
             match self.chunks.get_mut(self.current) {
-                Some(c) if c.len() >= words => return Ok(Self::window_of(c)),
-                Some(_) => continue,
+                Some(c) => {
+                    // A chunk too small for this request is passed over but still held.
+                    self.held_bytes = self.held_bytes.saturating_add(c.len() as u64 * 8);
+                    if self.held_bytes > self.max_memory_bytes {
+                        return Err(RuntimeErrorKind::MemoryLimit { limit: self.max_memory_bytes });
+                    }
+                    if c.len() >= words {
+                        return Ok(Self::window_of(c));
+                    }
+                }
                 None => {
                     let grown =
                         self.chunks.last().map_or(FIRST_CHUNK_WORDS, |c| (c.len() * 2).min(MAX_CHUNK_WORDS));
-                    self.push_chunk(words.max(grown))?;
+                    let new_words = words.max(grown);
+                    self.held_bytes = self.held_bytes.saturating_add((new_words as u64).saturating_mul(8));
+                    if self.held_bytes > self.max_memory_bytes {
+                        return Err(RuntimeErrorKind::MemoryLimit { limit: self.max_memory_bytes });
+                    }
+                    self.push_chunk(new_words)?;
                     let last = self.chunks.len() - 1;
                     self.current = last;
                     return Ok(Self::window_of(&mut self.chunks[last]));
@@ -131,8 +150,7 @@ impl Arena {
         if bytes > self.max_alloc_bytes.saturating_add(1 << 20) {
             return Err(RuntimeErrorKind::AllocationTooLarge { bytes, limit: self.max_alloc_bytes });
         }
-        // Zeroed memory comes from the allocator's zeroed pages: cheap even when large.
-        self.chunks.push(vec![0u64; words]);
+        self.chunks.push(zeroed_words(words).ok_or(RuntimeErrorKind::OutOfMemory { bytes })?);
         Ok(())
     }
 
@@ -140,6 +158,22 @@ impl Arena {
     pub fn capacity_bytes(&self) -> usize {
         self.chunks.iter().map(|c| c.len() * 8).sum()
     }
+}
+
+/// `words` zeroed words, or `None` when the system has no memory for them (where
+/// `vec![0; words]` would abort the process). Zeroed memory comes from the allocator's
+/// zeroed pages: cheap even when large.
+fn zeroed_words(words: usize) -> Option<Vec<u64>> {
+    let words = words.max(1);
+    let layout = std::alloc::Layout::array::<u64>(words).ok()?;
+    // SAFETY: the layout has a non-zero size.
+    let p = unsafe { std::alloc::alloc_zeroed(layout) } as *mut u64;
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: `p` was allocated by the global allocator with the layout of `words` u64s,
+    // all initialised (zero is a valid u64), so it is a valid vector's buffer.
+    Some(unsafe { Vec::from_raw_parts(p, words, words) })
 }
 
 /// `bytes` bytes from the call's arena, zeroed if `zero`.

@@ -604,8 +604,12 @@ impl Compiled {
         args: impl FnOnce(&mut Ctx) -> Result<(Vec<u64>, S), CallError>,
         done: impl FnOnce(u64, S) -> T,
     ) -> Result<T, CallError> {
-        let mut arena = workspace.arena.take().unwrap_or_else(|| Arena::new(limits.max_alloc_bytes));
+        let mut arena = workspace
+            .arena
+            .take()
+            .unwrap_or_else(|| Arena::new(limits.max_alloc_bytes, limits.max_memory_bytes));
         arena.max_alloc_bytes = limits.max_alloc_bytes;
+        arena.max_memory_bytes = limits.max_memory_bytes;
         let mut rt = Runtime {
             arena,
             error: None,

@@ -9,4 +9,4 @@ pub mod parser;
 pub mod token;
 
 pub use diag::Diagnostic;
-pub use parser::{parse, Parsed};
+pub use parser::{parse, parse_with, Parsed, SourceLimits};

@@ -15,10 +15,27 @@ lalrpop_util::lalrpop_mod!(
     "/mcir.rs"
 );
 
-/// The deepest nesting of `(`, `[` and `{` accepted.
-pub const MAX_BRACKET_DEPTH: usize = 256;
-/// The deepest expression tree accepted (long operator chains nest too).
-pub const MAX_EXPR_DEPTH: usize = 10_000;
+/// How deeply source may nest. Later passes recurse over the syntax tree, so these
+/// bound the stack they need; the front end's stack is sized from them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SourceLimits {
+    /// The deepest nesting of `(`, `[` and `{` accepted.
+    pub max_nesting: usize,
+    /// The deepest expression tree accepted (long operator chains nest too).
+    pub max_expr_depth: usize,
+}
+
+impl SourceLimits {
+    /// The largest `max_nesting` and `max_expr_depth` a caller may ask for: the front
+    /// end's stack grows with them, and beyond these it would take gigabytes.
+    pub const CEILING: usize = 100_000;
+}
+
+impl Default for SourceLimits {
+    fn default() -> Self {
+        SourceLimits { max_nesting: 256, max_expr_depth: 10_000 }
+    }
+}
 
 /// A syntax problem found by a grammar action.
 #[derive(Clone, Debug, PartialEq)]
@@ -98,10 +115,15 @@ pub fn lex(src: &str) -> (Vec<(usize, Token, usize)>, Vec<Diagnostic>) {
 }
 
 /// Parses a whole program, recovering at statement boundaries so that several errors are
-/// reported in one run.
+/// reported in one run, with the default [`SourceLimits`].
 pub fn parse(src: &str) -> Parsed {
+    parse_with(src, &SourceLimits::default())
+}
+
+/// Parses a whole program, rejecting source that nests deeper than `limits` allow.
+pub fn parse_with(src: &str, limits: &SourceLimits) -> Parsed {
     let (toks, mut diagnostics) = lex(src);
-    if let Some(d) = check_bracket_depth(&toks) {
+    if let Some(d) = check_bracket_depth(&toks, limits.max_nesting) {
         diagnostics.push(d);
         return Parsed { program: Program::default(), diagnostics };
     }
@@ -123,7 +145,7 @@ pub fn parse(src: &str) -> Parsed {
         }
     };
     if diagnostics.is_empty() {
-        if let Some(d) = check_expr_depth(&program) {
+        if let Some(d) = check_expr_depth(&program, limits.max_expr_depth) {
             diagnostics.push(d);
         }
     }
@@ -132,19 +154,19 @@ pub fn parse(src: &str) -> Parsed {
     Parsed { program, diagnostics }
 }
 
-fn check_bracket_depth(toks: &[(usize, Token, usize)]) -> Option<Diagnostic> {
+fn check_bracket_depth(toks: &[(usize, Token, usize)], max: usize) -> Option<Diagnostic> {
     let mut depth = 0usize;
     for (l, t, r) in toks {
         match t {
             Token::LParen | Token::LBracket | Token::LBrace => {
                 depth += 1;
-                if depth > MAX_BRACKET_DEPTH {
+                if depth > max {
                     return Some(
-                        Diagnostic::error(
-                            format!("brackets nest more than {MAX_BRACKET_DEPTH} deep"),
-                            Span::new(*l, *r),
-                        )
-                        .with_note("split the expression or the block into smaller functions"),
+                        Diagnostic::error(format!("brackets nest more than {max} deep"), Span::new(*l, *r))
+                            .with_note("split the expression or the block into smaller functions")
+                            .with_note(
+                                "the limit is `--max-nesting` on the command line, `SourceLimits` in the API",
+                            ),
                     );
                 }
             }
@@ -156,7 +178,7 @@ fn check_bracket_depth(toks: &[(usize, Token, usize)]) -> Option<Diagnostic> {
 }
 
 /// Measures expression depth without recursion, so that no later pass overflows its stack.
-fn check_expr_depth(program: &Program) -> Option<Diagnostic> {
+fn check_expr_depth(program: &Program, max: usize) -> Option<Diagnostic> {
     let mut stack: Vec<(&Expr, usize)> = Vec::new();
     let mut blocks: Vec<&Block> = Vec::new();
     for item in &program.items {
@@ -168,13 +190,13 @@ fn check_expr_depth(program: &Program) -> Option<Diagnostic> {
     }
     loop {
         if let Some((e, depth)) = stack.pop() {
-            if depth > MAX_EXPR_DEPTH {
+            if depth > max {
                 return Some(
-                    Diagnostic::error(
-                        format!("expression nests more than {MAX_EXPR_DEPTH} operations deep"),
-                        e.span,
-                    )
-                    .with_note("split it with `let` bindings"),
+                    Diagnostic::error(format!("expression nests more than {max} operations deep"), e.span)
+                        .with_note("split it with `let` bindings")
+                        .with_note(
+                            "the limit is `--max-expr-depth` on the command line, `SourceLimits` in the API",
+                        ),
                 );
             }
             let d = depth + 1;
