@@ -24,6 +24,7 @@ mod driver;
 mod emit;
 mod forward;
 mod reverse;
+mod rules;
 pub mod tangent;
 
 pub use driver::{probe_driver, vjp_driver, SeedPattern};

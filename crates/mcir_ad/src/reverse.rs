@@ -13,8 +13,8 @@ use crate::tangent::{field_leaf_ranges, has_tangent, rdata_leaves, tangent_type,
 use crate::{AdError, RuleIds};
 use mcir_ir::entity::EntityRef;
 use mcir_ir::{
-    Block, BlockCall, CmpOp, FBinOp, FUnOp, FuncId, Function, IBinOp, Inst, Op, Terminator, Type, TypeId,
-    TypeTable, Value,
+    Block, BlockCall, CmpOp, FBinOp, FUnOp, FuncId, Function, Inst, Op, Terminator, Type, TypeId, TypeTable,
+    Value,
 };
 use std::collections::HashMap;
 
@@ -1220,100 +1220,20 @@ impl<'a> Reverse<'a> {
     fn powi_factor(&mut self, x: Value, n: Value, g: Value) -> Result<Value, AdError> {
         let fx = self.fwdv(x)?;
         let fnn = self.fwdv(n)?;
-        let one = self.e.iconst(1);
-        let nm1 = self.e.val(Op::IBinary(IBinOp::Sub), vec![fnn, one], TypeTable::I64);
-        let p = self.e.powi(fx, nm1);
-        let nf = self.e.val(Op::IToF, vec![fnn], TypeTable::F64);
-        let t = self.e.mul(p, nf);
-        Ok(self.e.mul(g, t))
+        Ok(crate::rules::powi_times(&mut self.e, fx, fnn, g))
     }
 
     /// The contribution `g * f'(x)` of a unary op to its operand (scalar or elementwise),
     /// or `None` for ops whose derivative is zero.
     fn unary_adjoint(&mut self, op: FUnOp, x: Value, r: Value, g: Value) -> Result<Option<Value>, AdError> {
-        let t = match op {
-            FUnOp::Neg => self.e.neg(g),
-            FUnOp::Sin | FUnOp::Sinh | FUnOp::Cosh => {
-                let fx = self.fwdv(x)?;
-                let d = match op {
-                    FUnOp::Sin => FUnOp::Cos,
-                    FUnOp::Sinh => FUnOp::Cosh,
-                    _ => FUnOp::Sinh,
-                };
-                let c = self.e.un(d, fx);
-                self.e.mul(g, c)
-            }
-            FUnOp::Cos => {
-                let fx = self.fwdv(x)?;
-                let s = self.e.un(FUnOp::Sin, fx);
-                let t = self.e.mul(g, s);
-                self.e.neg(t)
-            }
-            FUnOp::Tan | FUnOp::Tanh => {
-                // tan' = 1 + tan², tanh' = 1 - tanh²
-                let fr = self.fwdv(r)?;
-                let sq = self.e.mul(fr, fr);
-                let one = self.e.fconst(1.0);
-                let d = if op == FUnOp::Tan { self.e.add(one, sq) } else { self.e.sub(one, sq) };
-                self.e.mul(g, d)
-            }
-            FUnOp::Asin | FUnOp::Acos => {
-                let fx = self.fwdv(x)?;
-                let sq = self.e.mul(fx, fx);
-                let one = self.e.fconst(1.0);
-                let d = self.e.sub(one, sq);
-                let d = self.e.un(FUnOp::Sqrt, d);
-                let t = self.e.div(g, d);
-                if op == FUnOp::Acos {
-                    self.e.neg(t)
-                } else {
-                    t
-                }
-            }
-            FUnOp::Atan => {
-                let fx = self.fwdv(x)?;
-                let sq = self.e.mul(fx, fx);
-                let one = self.e.fconst(1.0);
-                let d = self.e.add(one, sq);
-                self.e.div(g, d)
-            }
-            FUnOp::Exp => {
-                let fr = self.fwdv(r)?;
-                self.e.mul(g, fr)
-            }
-            FUnOp::Log => {
-                let fx = self.fwdv(x)?;
-                self.e.div(g, fx)
-            }
-            FUnOp::Log1p => {
-                let fx = self.fwdv(x)?;
-                let one = self.e.fconst(1.0);
-                let d = self.e.add(one, fx);
-                self.e.div(g, d)
-            }
-            FUnOp::Expm1 => {
-                let fr = self.fwdv(r)?;
-                let one = self.e.fconst(1.0);
-                let d = self.e.add(fr, one);
-                self.e.mul(g, d)
-            }
-            FUnOp::Sqrt => {
-                let fr = self.fwdv(r)?;
-                let two = self.e.fconst(2.0);
-                let d = self.e.mul(two, fr);
-                self.e.div(g, d)
-            }
-            FUnOp::Abs => {
-                let fx = self.fwdv(x)?;
-                let s = self.e.un(FUnOp::Sign, fx);
-                self.e.mul(g, s)
-            }
-            FUnOp::Floor | FUnOp::Ceil | FUnOp::Round | FUnOp::Sign => {
-                // Zero derivative; a corrupted rule passes the adjoint through instead.
-                return Ok(if self.corrupting { Some(g) } else { None });
-            }
-        };
-        Ok(Some(t))
+        let (reads_x, reads_r) = crate::rules::unary_reads(op);
+        let fx = if reads_x { Some(self.fwdv(x)?) } else { None };
+        let fr = if reads_r { Some(self.fwdv(r)?) } else { None };
+        match crate::rules::unary_times(&mut self.e, op, fx, fr, g) {
+            Some(t) => Ok(Some(t)),
+            // Zero derivative; a corrupted rule passes the adjoint through instead.
+            None => Ok(if self.corrupting { Some(g) } else { None }),
+        }
     }
 
     /// Elementwise binary ops: `gs` is the shadow of the result.
