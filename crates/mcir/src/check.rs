@@ -2,8 +2,9 @@
 //! random arguments, the derived reverse rule is compared with central finite
 //! differences of the primal over its result *and* the arguments' state after the call,
 //! with random cotangents on both; the dot-product identity `<JVP(v), w> = <v, VJP(w)>`
-//! holds with a finite-difference JVP; the reverse pass leaves the arguments as it found
-//! them; and the forward pass gives each address exactly one shadow.
+//! holds with a finite-difference JVP and with the derived tangent function, which
+//! also agrees with finite differences along `v`; the reverse pass leaves the arguments
+//! as it found them; and the forward pass gives each address exactly one shadow.
 
 use crate::error::GradError;
 use crate::grad::{deep_copy_all, AdOptions, Differentiated};
@@ -58,6 +59,24 @@ pub enum Failure {
         reverse: f64,
         /// `<JVP(v), w>` by finite differences.
         finite_difference: f64,
+    },
+    /// Forward mode and finite differences disagree along a random direction.
+    Forward {
+        /// The trial (from 1).
+        trial: usize,
+        /// `<JVP(v), w>` by forward mode.
+        forward: f64,
+        /// The same by finite differences.
+        finite_difference: f64,
+    },
+    /// Forward and reverse mode disagree: `<JVP(v), w> != <v, VJP(w)>`.
+    Adjoint {
+        /// The trial (from 1).
+        trial: usize,
+        /// `<JVP(v), w>` by forward mode.
+        forward: f64,
+        /// `<v, VJP(w)>` by reverse mode.
+        reverse: f64,
     },
     /// After forward and reverse pass an argument is not in its entry state.
     NotRestored {
@@ -140,6 +159,18 @@ impl CheckReport {
                     show(*reverse),
                     show(*finite_difference)
                 ),
+                Failure::Forward { trial, forward, finite_difference } => writeln!(
+                    s,
+                    "  FAIL trial {trial}: forward mode: <JVP(v), w> = {} but finite differences give {}",
+                    show(*forward),
+                    show(*finite_difference)
+                ),
+                Failure::Adjoint { trial, forward, reverse } => writeln!(
+                    s,
+                    "  FAIL trial {trial}: forward and reverse mode disagree: <JVP(v), w> = {} but <v, VJP(w)> = {}",
+                    show(*forward),
+                    show(*reverse)
+                ),
                 Failure::NotRestored { trial, arg, name } => writeln!(
                     s,
                     "  FAIL trial {trial}: argument {arg} (`{name}`) is not restored to its entry state by the reverse pass"
@@ -172,6 +203,13 @@ impl CheckReport {
                 Failure::DotProduct { trial, reverse, finite_difference } => serde_json::json!({
                     "check": "dot_product", "trial": trial,
                     "reverse": num(*reverse), "finite_difference": num(*finite_difference)
+                }),
+                Failure::Forward { trial, forward, finite_difference } => serde_json::json!({
+                    "check": "forward", "trial": trial,
+                    "forward": num(*forward), "finite_difference": num(*finite_difference)
+                }),
+                Failure::Adjoint { trial, forward, reverse } => serde_json::json!({
+                    "check": "adjoint", "trial": trial, "forward": num(*forward), "reverse": num(*reverse)
                 }),
                 Failure::NotRestored { trial, arg, name } => {
                     serde_json::json!({"check": "restored", "trial": trial, "argument": arg, "name": name})
@@ -693,6 +731,54 @@ pub(crate) fn check_with(
             let ad = dot(&v, &grad);
             if let Some((fd, false)) = directional(&v, ad) {
                 report.failures.push(Failure::DotProduct { trial, reverse: ad, finite_difference: fd });
+            }
+            // Forward mode along the same direction: against finite differences, and
+            // against reverse mode over the whole model, <JVP(v), w> = <v, VJP(w)>.
+            let mut vit = v.iter().copied();
+            let tangents: Vec<Val> =
+                x.iter().zip(&f.params).map(|(xv, &t)| tangent_from(types, t, xv, &mut vit)).collect();
+            let x_for_jvp = deep_copy_all(&x);
+            match program.jvp(func, &x_for_jvp, &tangents, limits) {
+                Ok(out) => {
+                    let mut dy = Vec::new();
+                    if let Some(t) = f.ret {
+                        flatten_tangent(types, t, &out.tangent, &mut dy);
+                    }
+                    let mut dpost = Vec::new();
+                    for (g, &t) in out.args_tangent.iter().zip(&f.params) {
+                        flatten_tangent(types, t, g, &mut dpost);
+                    }
+                    if dy.len() != ybar.len() || dpost.len() != wbar.len() {
+                        report.failures.push(Failure::Error {
+                            trial,
+                            message: format!(
+                                "forward mode gives {} + {} tangent components, the primal {} + {}",
+                                dy.len(),
+                                dpost.len(),
+                                ybar.len(),
+                                wbar.len()
+                            ),
+                        });
+                    } else {
+                        let forward = dot(&ybar, &dy) + dot(&wbar, &dpost);
+                        if let Some((fd, false)) = directional(&v, forward) {
+                            report.failures.push(Failure::Forward { trial, forward, finite_difference: fd });
+                        }
+                        let scale = ybar.iter().zip(&dy).map(|(a, b)| (a * b).abs()).sum::<f64>()
+                            + wbar.iter().zip(&dpost).map(|(a, b)| (a * b).abs()).sum::<f64>()
+                            + v.iter().zip(&grad).map(|(a, b)| (a * b).abs()).sum::<f64>();
+                        if !close(forward, ad, options.rtol, scale) {
+                            report.failures.push(Failure::Adjoint { trial, forward, reverse: ad });
+                        }
+                    }
+                }
+                Err(e) => {
+                    let message = match e {
+                        GradError::Runtime(e) => format!("forward mode fails: {}", render(&e)),
+                        other => format!("forward mode fails: {other}"),
+                    };
+                    report.failures.push(Failure::Error { trial, message });
+                }
             }
         }
         // One shadow per address after the forward pass.

@@ -337,7 +337,7 @@ impl Program {
     }
 }
 
-fn internal_error(message: &str) -> RuntimeError {
+pub(crate) fn internal_error(message: &str) -> RuntimeError {
     RuntimeError {
         kind: mcir_interp::RuntimeErrorKind::Internal(message.to_string()),
         span: Default::default(),
@@ -415,13 +415,36 @@ pub fn decode_tangent(
     like: Option<&Val>,
     path: &str,
 ) -> Result<Val, ArgError> {
+    decode_derivative(types, t, j, like, path, "cotangent")
+}
+
+/// Decodes the JSON tangent (forward mode) of a value of type `t`, as [`decode_tangent`].
+pub fn decode_forward_tangent(
+    types: &TypeTable,
+    t: TypeId,
+    j: &Json,
+    like: Option<&Val>,
+    path: &str,
+) -> Result<Val, ArgError> {
+    decode_derivative(types, t, j, like, path, "tangent")
+}
+
+/// Decodes a JSON tangent or cotangent (`what` names which, for messages).
+fn decode_derivative(
+    types: &TypeTable,
+    t: TypeId,
+    j: &Json,
+    like: Option<&Val>,
+    path: &str,
+    what: &str,
+) -> Result<Val, ArgError> {
     if !has_tangent(types, t) {
         return if j.is_null() {
             Ok(Val::Unit)
         } else {
             Err(ArgError {
                 message: format!(
-                    "{path}: a {} has no derivative, so its cotangent must be null",
+                    "{path}: a {} has no derivative, so its {what} must be null",
                     types.display(t)
                 ),
             })
@@ -438,7 +461,7 @@ pub fn decode_tangent(
                 if a.shape != l.shape {
                     return Err(ArgError {
                         message: format!(
-                            "{path} has shape {:?}, but the array it is the cotangent of has shape {:?}",
+                            "{path} has shape {:?}, but the array it is the {what} of has shape {:?}",
                             a.shape, l.shape
                         ),
                     });
@@ -451,7 +474,7 @@ pub fn decode_tangent(
                 Some(Val::Ref(c)) => Some(c.borrow().clone()),
                 _ => None,
             };
-            Ok(Val::new_ref(decode_tangent(types, *inner, j, content.as_ref(), path)?))
+            Ok(Val::new_ref(decode_derivative(types, *inner, j, content.as_ref(), path, what)?))
         }
         Type::Tuple(items) => match j {
             Json::Array(vals) if vals.len() == items.len() => {
@@ -464,16 +487,13 @@ pub fn decode_tangent(
                     .zip(vals)
                     .enumerate()
                     .map(|(i, (&it, v))| {
-                        decode_tangent(types, it, v, likes[i].as_ref(), &format!("{path}[{i}]"))
+                        decode_derivative(types, it, v, likes[i].as_ref(), &format!("{path}[{i}]"), what)
                     })
                     .collect();
                 Ok(Val::Agg(fields?.into()))
             }
             _ => Err(ArgError {
-                message: format!(
-                    "{path} must be an array of {} cotangents (one per tuple field)",
-                    items.len()
-                ),
+                message: format!("{path} must be an array of {} {what}s (one per tuple field)", items.len()),
             }),
         },
         Type::Struct(_) => {
@@ -483,7 +503,7 @@ pub fn decode_tangent(
             let Json::Object(map) = j else {
                 return Err(ArgError {
                     message: format!(
-                        "{path} must be an object with the cotangent of each field of `{}`",
+                        "{path} must be an object with the {what} of each field of `{}`",
                         def.name
                     ),
                 });
@@ -501,11 +521,18 @@ pub fn decode_tangent(
             let mut fields = Vec::new();
             for (i, (fname, fty)) in def.fields.iter().enumerate() {
                 let v = map.get(fname).unwrap_or(&Json::Null);
-                fields.push(decode_tangent(types, *fty, v, likes[i].as_ref(), &format!("{path}.{fname}"))?);
+                fields.push(decode_derivative(
+                    types,
+                    *fty,
+                    v,
+                    likes[i].as_ref(),
+                    &format!("{path}.{fname}"),
+                    what,
+                )?);
             }
             Ok(if def.mutable { Val::new_mut(fields) } else { Val::Agg(fields.into()) })
         }
-        Type::Stack(_) => Err(ArgError { message: format!("{path}: a stack has no cotangent") }),
+        Type::Stack(_) => Err(ArgError { message: format!("{path}: a stack has no {what}") }),
     }
 }
 

@@ -15,6 +15,7 @@ pub mod bench;
 pub mod check;
 mod diagnostics;
 mod error;
+pub mod forward;
 pub mod grad;
 pub mod json;
 mod probe;
@@ -24,6 +25,7 @@ pub use api::{ApiError, Arg, Function, GradSlot, Prepared};
 pub use check::{CheckOptions, CheckReport, Failure};
 pub use diagnostics::SourceFile;
 pub use error::{ArgError, CompileError, EntryError, GradError, RunError};
+pub use forward::Jvp;
 pub use grad::{AdError, AdOptions, Differentiated, Vjp};
 /// Runtime values: arguments and results of calls.
 pub use mcir_interp::Val as Value;
@@ -55,6 +57,7 @@ pub struct Program {
     engine: Engine,
     native: Arc<std::sync::OnceLock<Result<mcir_jit::Jit, mcir_jit::JitError>>>,
     vjp_cache: Arc<grad::VjpCache>,
+    jvp_cache: Arc<forward::JvpCache>,
 }
 
 impl Program {
@@ -98,6 +101,7 @@ impl Program {
             engine: Engine::default(),
             native: Default::default(),
             vjp_cache: Default::default(),
+            jvp_cache: Default::default(),
         }
     }
 

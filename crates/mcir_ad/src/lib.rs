@@ -23,6 +23,7 @@ mod dce;
 mod driver;
 mod emit;
 mod forward;
+pub mod pushforward;
 mod reverse;
 mod rules;
 pub mod tangent;

@@ -43,7 +43,9 @@ pub fn has_tangent(types: &TypeTable, t: TypeId) -> bool {
         Some(Type::Struct(_)) => {
             types.as_struct(t).is_some_and(|(_, d)| d.fields.iter().any(|f| has_tangent(types, f.1)))
         }
-        Some(Type::Stack(_)) | None => false,
+        // A stack of a derived pass: its shadow, in forward mode, is a stack of tangents.
+        Some(Type::Stack(inner)) => has_tangent(types, *inner),
+        None => false,
     }
 }
 
@@ -160,6 +162,9 @@ pub fn tangent_type(types: &mut TypeTable, t: TypeId) -> TypeId {
             types.struct_def_mut(sid).fields = fields;
             ty
         }
-        Type::Stack(_) => TypeTable::UNIT,
+        Type::Stack(inner) => {
+            let ti = tangent_type(types, inner);
+            types.intern(Type::Stack(ti))
+        }
     }
 }

@@ -95,6 +95,18 @@ enum Command {
         #[arg(long = "seed-args", value_name = "JSON")]
         seed_args: Option<String>,
     },
+    /// Jacobian-vector product: the tangent of the value and of every argument's state
+    /// after the call, given the arguments' tangents upon entry (forward mode).
+    Jvp {
+        #[command(flatten)]
+        common: Common,
+        /// JSON array of arguments, or @path.json.
+        #[arg(long, value_name = "ARGS")]
+        args: Option<String>,
+        /// JSON array with the tangent of each argument upon entry (null = zero), or @path.json.
+        #[arg(long, value_name = "JSON")]
+        tangent: String,
+    },
     /// Check the derived rule against finite differences (CLI.md `check`).
     Check {
         #[command(flatten)]
@@ -198,6 +210,7 @@ fn run_here(args: Vec<OsString>, stdin: &mut dyn Read) -> Outcome {
             cmd_check(&common, args.as_deref(), &options, json, stdin)
         }
         Command::Bench { common, args, iters } => cmd_bench(&common, args.as_deref(), iters, stdin),
+        Command::Jvp { common, args, tangent } => cmd_jvp(&common, args.as_deref(), &tangent, stdin),
         Command::Grad { common, args, seed, seed_args } => {
             cmd_grad(&common, args.as_deref(), seed.as_deref(), seed_args.as_deref(), stdin)
         }
@@ -341,6 +354,23 @@ fn cmd_grad(
     result.unwrap_or_else(|o| o)
 }
 
+fn cmd_jvp(common: &Common, args: Option<&str>, tangent: &str, stdin: &mut dyn Read) -> Outcome {
+    let result = (|| {
+        let limits = limits(common)?;
+        let program = compile(common, stdin)?;
+        let func = program.entry(common.func.as_deref()).map_err(Outcome::usage)?;
+        let args = read_json_arg("--args", args.unwrap_or("[]"))?;
+        let tangent = read_json_arg("--tangent", tangent)?;
+        match program.jvp_json(func, &args, &tangent, &limits) {
+            Ok(json) => Ok(Outcome::ok(json + "\n")),
+            Err(mcir::GradError::Args(e)) => Err(Outcome::usage(e)),
+            Err(mcir::GradError::Runtime(e)) => Err(Outcome::program(program.render_runtime_error(&e))),
+            Err(mcir::GradError::Derive(e)) => Err(Outcome::program(format!("error: {e}\n"))),
+        }
+    })();
+    result.unwrap_or_else(|o| o)
+}
+
 fn cmd_bench(common: &Common, args: Option<&str>, iters: usize, stdin: &mut dyn Read) -> Outcome {
     let result = (|| {
         if iters == 0 || iters > 10_000_000 {
@@ -423,11 +453,6 @@ fn cmd_check(
 
 fn cmd_ir(common: &Common, stage: Stage, stdin: &mut dyn Read) -> Outcome {
     let result = (|| {
-        if stage == Stage::Tangent {
-            return Err(Outcome::usage(
-                "--stage tangent: forward mode is not available in this version; use primal, fwd, rev or all",
-            ));
-        }
         let program = compile(common, stdin)?;
         let func = match &common.func {
             Some(n) => Some(program.entry(Some(n)).map_err(Outcome::usage)?),
@@ -436,13 +461,26 @@ fn cmd_ir(common: &Common, stage: Stage, stdin: &mut dyn Read) -> Outcome {
         if stage == Stage::Primal {
             return Ok(Outcome::ok(program.ir_text(func)));
         }
-        let d = program
-            .differentiate(&mcir::AdOptions::default())
-            .map_err(|e| Outcome::program(format!("error: {e}\n")))?;
         let funcs: Vec<mcir::FuncId> = match func {
             Some(f) => vec![f],
             None => program.module().funcs.keys().collect(),
         };
+        let tangents = if matches!(stage, Stage::Tangent | Stage::All) {
+            Some(program.tangent_module(&funcs).map_err(|e| Outcome::program(format!("error: {e}\n")))?)
+        } else {
+            None
+        };
+        if let (Stage::Tangent, Some(t)) = (stage, &tangents) {
+            let texts: Vec<String> = funcs
+                .iter()
+                .filter_map(|f| t.tangent(*f))
+                .map(|tf| mcir::ir::print_function(&t.module, &t.module.funcs[tf]))
+                .collect();
+            return Ok(Outcome::ok(texts.join("\n")));
+        }
+        let d = program
+            .differentiate(&mcir::AdOptions::default())
+            .map_err(|e| Outcome::program(format!("error: {e}\n")))?;
         let mut out = String::new();
         for f in funcs {
             if !out.is_empty() {
@@ -460,6 +498,12 @@ fn cmd_ir(common: &Common, stage: Stage, stdin: &mut dyn Read) -> Outcome {
             }
             if matches!(stage, Stage::Rev | Stage::All) {
                 out.push_str(&d.pass_text(f, true));
+            }
+            if let (Stage::All, Some(t)) = (stage, &tangents) {
+                if let Some(tf) = t.tangent(f) {
+                    out.push('\n');
+                    out.push_str(&mcir::ir::print_function(&t.module, &t.module.funcs[tf]));
+                }
             }
         }
         Ok(Outcome::ok(out))

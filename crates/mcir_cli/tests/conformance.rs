@@ -10,7 +10,7 @@ use serde_json::Value as Json;
 use support::*;
 
 /// The commands this version implements; cases of other commands are counted, not run.
-const SUPPORTED: &[&str] = &["run", "grad"];
+const SUPPORTED: &[&str] = &["run", "grad", "jvp"];
 
 /// Whether a program uses closures or function types, which this version does not have.
 /// A closure parameter list starts `|name:`; `||` alone is logical or.
@@ -53,7 +53,7 @@ fn conformance_cases_pass() {
         if let Some(f) = case.get("fn").and_then(|f| f.as_str()) {
             words.extend(["--fn".into(), f.into()]);
         }
-        for key in ["seed", "seed_args"] {
+        for key in ["seed", "seed_args", "tangent"] {
             if let Some(v) = case.get(key) {
                 words.extend([format!("--{}", key.replace('_', "-")), v.to_string()]);
             }
@@ -61,31 +61,35 @@ fn conformance_cases_pass() {
         if let Some(extra) = case.get("extra_cli").and_then(|e| e.as_array()) {
             words.extend(extra.iter().filter_map(|w| w.as_str().map(String::from)));
         }
-        let refs: Vec<&str> = words.iter().map(|s| s.as_str()).collect();
-        let out = mcc(&refs);
-        if case.get("expect_error").and_then(|e| e.as_bool()).unwrap_or(false) {
-            let want = case["exit"].as_i64().unwrap() as i32;
-            let located = want != 1 || out.stderr.lines().any(|l| l.contains(".mcir:"));
-            if out.code != want || !out.stderr.contains("error:") || !located {
-                failures.push(format!(
-                    "{name}: expected exit {want} with a located error, got {}:\n{}",
-                    out.code, out.stderr
-                ));
+        for engine in [None, Some("--interp")] {
+            let mut refs: Vec<&str> = words.iter().map(|s| s.as_str()).collect();
+            refs.extend(engine);
+            let name = format!("{name}{}", engine.map(|e| format!(" {e}")).unwrap_or_default());
+            let out = mcc(&refs);
+            if case.get("expect_error").and_then(|e| e.as_bool()).unwrap_or(false) {
+                let want = case["exit"].as_i64().unwrap() as i32;
+                let located = want != 1 || out.stderr.lines().any(|l| l.contains(".mcir:"));
+                if out.code != want || !out.stderr.contains("error:") || !located {
+                    failures.push(format!(
+                        "{name}: expected exit {want} with a located error, got {}:\n{}",
+                        out.code, out.stderr
+                    ));
+                }
+                continue;
             }
-            continue;
-        }
-        if out.code != 0 {
-            failures.push(format!("{name}: exit {}:\n{}", out.code, out.stderr));
-            continue;
-        }
-        let actual: Json = serde_json::from_str(&out.stdout).unwrap();
-        let tol = case.get("tol").and_then(|t| t.as_f64()).unwrap_or(1e-9);
-        for (key, expected) in case["expect"].as_object().unwrap() {
-            if let Some(m) = json_mismatch(&actual[key], expected, tol, key) {
-                failures.push(format!("{name}: {m}"));
+            if out.code != 0 {
+                failures.push(format!("{name}: exit {}:\n{}", out.code, out.stderr));
+                continue;
+            }
+            let actual: Json = serde_json::from_str(&out.stdout).unwrap();
+            let tol = case.get("tol").and_then(|t| t.as_f64()).unwrap_or(1e-9);
+            for (key, expected) in case["expect"].as_object().unwrap() {
+                if let Some(m) = json_mismatch(&actual[key], expected, tol, key) {
+                    failures.push(format!("{name}: {m}"));
+                }
             }
         }
     }
-    assert!(ran >= 15, "expected the run and grad cases to be present, ran {ran}");
+    assert!(ran >= 17, "expected the run, grad and jvp cases to be present, ran {ran}");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -1,0 +1,1067 @@
+//! Forward mode: the tangent function `f$tan` of a function, in the model of LANGUAGE.md
+//! §7 read forwards. It runs the primal and, beside it, the tangent of every value: an
+//! `f64` per rdata leaf, carried in registers (`None` while it is known to be zero, so
+//! no useless work is emitted), and a shadow per fdata leaf, memory of the primal's shape
+//! that holds the tangent of its content and is updated wherever the primal writes.
+//!
+//! `f$tan(x.., tx..) -> (y, ty..)`: the primal parameters, then the tangents of the
+//! arguments upon entry (per lane, per parameter, one per leaf in leaf order); it
+//! returns the result and its tangent leaves per lane. The tangents of the arguments'
+//! state after the call are their shadows, updated in place; rdata never changes in a
+//! call. With a width `w > 1` (`f$tan{w}`) one sweep carries `w` tangent directions
+//! ("lanes"): the primal runs once and each op's tangent rule is emitted per lane.
+//!
+//! Every op of the IR has a rule, including those of derived passes (stacks, shadow
+//! updates), so the tangent of a VJP driver is a Hessian-vector product
+//! (forward over reverse).
+
+use crate::emit::Emit;
+use crate::forward::{shadow_struct, tangent_extract};
+use crate::tangent::{field_leaf_ranges, has_tangent, leaves, tangent_type, LeafKind};
+use crate::AdError;
+use mcir_ir::entity::EntityRef;
+use mcir_ir::{
+    Block, BlockCall, CmpOp, FBinOp, FuncId, Function, Inst, Module, Op, Terminator, Type, TypeId, TypeTable,
+    Value,
+};
+use std::collections::{BTreeSet, HashMap};
+
+/// The tangent functions added to a module.
+#[derive(Clone, Debug)]
+pub struct Tangents {
+    /// The module with the tangent functions added.
+    pub module: Module,
+    /// Lanes per sweep.
+    pub width: usize,
+    /// The tangent function of each function that has one, by the function's id.
+    pub of: HashMap<FuncId, FuncId>,
+}
+
+impl Tangents {
+    /// The tangent function of `f`.
+    pub fn tangent(&self, f: FuncId) -> Option<FuncId> {
+        self.of.get(&f).copied()
+    }
+}
+
+/// The name of `f`'s tangent function at width `width`.
+pub fn tangent_name(f: &str, width: usize) -> String {
+    if width == 1 {
+        format!("{f}$tan")
+    } else {
+        format!("{f}$tan{width}")
+    }
+}
+
+/// Adds the tangent function of every function in `roots` and of every function they
+/// call, carrying `width` directions per sweep. The result verifies.
+pub fn tangents(module: &Module, roots: &[FuncId], width: usize) -> Result<Tangents, AdError> {
+    let width = width.max(1);
+    let mut module = module.clone();
+    // The functions reached from the roots.
+    let mut todo: Vec<FuncId> = roots.to_vec();
+    let mut reached: BTreeSet<FuncId> = BTreeSet::new();
+    while let Some(f) = todo.pop() {
+        if !reached.insert(f) {
+            continue;
+        }
+        for (_, d) in module.funcs[f].insts.iter() {
+            if let Op::Call(g) = d.op {
+                todo.push(g);
+            }
+        }
+    }
+    // Declare first: calls refer to tangent functions before they are built.
+    let mut of = HashMap::new();
+    for &f in &reached {
+        let primal = &module.funcs[f];
+        let name = tangent_name(&primal.name, width);
+        if module.func_by_name(&name).is_some() {
+            return Err(AdError::internal(&primal.name, format!("`{name}` exists already")));
+        }
+        let (params, ret) = tangent_signature(&mut module.types, &module.funcs[f], width);
+        let tf = module.add_function(Function::new(&name, &params, ret));
+        of.insert(f, tf);
+    }
+    for &f in &reached {
+        let primal = module.funcs[f].clone();
+        let built = build(&mut module, &of, &primal, width)?;
+        module.funcs[of[&f]] = crate::dce::remove_dead_code(&built).into_simplified_cfg();
+    }
+    if let Err(e) = mcir_ir::verify_module(&module) {
+        return Err(AdError::internal(&e.func, format!("the tangent IR does not verify: {}", e.message)));
+    }
+    Ok(Tangents { module, width, of })
+}
+
+/// The parameters and result of a tangent function.
+fn tangent_signature(
+    types: &mut TypeTable,
+    primal: &Function,
+    width: usize,
+) -> (Vec<(Option<String>, TypeId)>, Option<TypeId>) {
+    let names: Vec<Option<String>> =
+        primal.param_values().iter().map(|&p| primal.values[p].name.clone()).collect();
+    let mut params: Vec<(Option<String>, TypeId)> =
+        names.iter().cloned().zip(primal.params.iter().copied()).collect();
+    for lane in 0..width {
+        for (name, &t) in names.iter().zip(&primal.params) {
+            for leaf in leaves(types, t) {
+                params.push((tangent_value_name(name, lane, width), tangent_type(types, leaf.ty)));
+            }
+        }
+    }
+    (params, tangent_ret(types, primal.ret, width))
+}
+
+/// `dx` for `x`, `dx_2` in lane 2 of a wider sweep.
+fn tangent_value_name(name: &Option<String>, lane: usize, width: usize) -> Option<String> {
+    name.as_ref().map(|n| if width == 1 { format!("d{n}") } else { format!("d{n}_{lane}") })
+}
+
+/// One value's tangent in one lane: its rdata leaves (`None` = zero) and its shadows.
+#[derive(Clone, Debug, Default)]
+struct Tan {
+    rdata: Vec<Option<Value>>,
+    fdata: Vec<Value>,
+}
+
+/// The tangent function under construction.
+struct Builder<'a> {
+    e: Emit,
+    primal: &'a Function,
+    tans: &'a HashMap<FuncId, FuncId>,
+    width: usize,
+    vmap: Vec<Option<Value>>,
+    /// `tan[lane][value]`.
+    tan: Vec<Vec<Tan>>,
+    block_map: Vec<Block>,
+    /// Which primal values may have a non-zero tangent (see [`varied_values`]).
+    varied: Vec<bool>,
+}
+
+fn build(
+    module: &mut Module,
+    tans: &HashMap<FuncId, FuncId>,
+    primal: &Function,
+    width: usize,
+) -> Result<Function, AdError> {
+    let types = &mut module.types;
+    let (params, ret) = tangent_signature(types, primal, width);
+    let mut func = Function::new(&tangent_name(&primal.name, width), &params, ret);
+    func.span = primal.span;
+    let n = primal.values.len();
+    let mut b = Builder {
+        e: Emit::new(func),
+        primal,
+        tans,
+        width,
+        vmap: vec![None; n],
+        tan: vec![vec![Tan::default(); n]; width],
+        block_map: Vec::new(),
+        varied: varied_values(types, primal),
+    };
+    // Blocks and their parameters: primal ones, then per lane each one's leaves.
+    for (blk, data) in primal.blocks.iter() {
+        let nb = if blk == primal.entry() { b.e.func.entry() } else { b.e.func.add_block() };
+        b.block_map.push(nb);
+        if blk == primal.entry() {
+            let fparams = b.e.func.param_values().to_vec();
+            let mut k = data.params.len();
+            for (i, &p) in data.params.iter().enumerate() {
+                b.vmap[p.index()] = Some(fparams[i]);
+            }
+            for lane in 0..width {
+                for &p in &data.params {
+                    let mut t = Tan::default();
+                    for leaf in leaves(types, primal.value_type(p)) {
+                        match leaf.kind {
+                            LeafKind::Rdata => t.rdata.push(Some(fparams[k])),
+                            LeafKind::Fdata => t.fdata.push(fparams[k]),
+                        }
+                        k += 1;
+                    }
+                    b.tan[lane][p.index()] = t;
+                }
+            }
+        } else {
+            for &p in &data.params {
+                let d = &primal.values[p];
+                let np = b.e.func.add_block_param(nb, d.ty, d.name.clone());
+                b.vmap[p.index()] = Some(np);
+            }
+            for lane in 0..width {
+                for &p in &data.params {
+                    let d = primal.values[p].clone();
+                    let mut t = Tan::default();
+                    for leaf in leaves(types, d.ty) {
+                        let ty = tangent_type(types, leaf.ty);
+                        let v = b.e.func.add_block_param(nb, ty, tangent_value_name(&d.name, lane, width));
+                        match leaf.kind {
+                            LeafKind::Rdata => t.rdata.push(Some(v)),
+                            LeafKind::Fdata => t.fdata.push(v),
+                        }
+                    }
+                    b.tan[lane][p.index()] = t;
+                }
+            }
+        }
+    }
+    for (blk, data) in primal.blocks.iter() {
+        b.e.block = b.block_map[blk.index()];
+        for &inst in &data.insts {
+            b.inst(types, inst)?;
+        }
+        b.e.span = data.term_span;
+        let term = match &data.term {
+            Terminator::Jump(c) => Terminator::Jump(b.jump(types, c)?),
+            Terminator::Branch { cond, then_dest, else_dest } => {
+                let cond = b.v(*cond)?;
+                let t = b.jump(types, then_dest)?;
+                let f = b.jump(types, else_dest)?;
+                Terminator::Branch { cond, then_dest: t, else_dest: f }
+            }
+            Terminator::Return(None) => Terminator::Return(None),
+            Terminator::Return(Some(v)) => {
+                let mut items = vec![b.v(*v)?];
+                for lane in 0..width {
+                    items.extend(b.leaves_of(types, lane, *v));
+                }
+                let ret = b.e.func.ret.unwrap_or(TypeTable::UNIT);
+                let t = b.e.val(Op::TupleNew, items, ret);
+                Terminator::Return(Some(t))
+            }
+        };
+        let nb = b.block_map[blk.index()];
+        b.e.func.set_terminator(nb, term, data.term_span);
+    }
+    Ok(b.e.func)
+}
+
+impl Builder<'_> {
+    fn err(&self, message: String) -> AdError {
+        AdError::internal(&self.primal.name, message)
+    }
+
+    /// The tangent function's copy of a primal value.
+    fn v(&self, v: Value) -> Result<Value, AdError> {
+        self.vmap.get(v.index()).copied().flatten().ok_or_else(|| self.err(format!("no value for {v}")))
+    }
+
+    fn t(&self, lane: usize, v: Value) -> Tan {
+        self.tan[lane].get(v.index()).cloned().unwrap_or_default()
+    }
+
+    /// The rdata tangent of a scalar (`None` = zero).
+    fn dr(&self, lane: usize, v: Value) -> Option<Value> {
+        self.tan[lane].get(v.index()).and_then(|t| t.rdata.first().copied().flatten())
+    }
+
+    /// The shadow of an address (an array, a cell, a record, a stack). An array that
+    /// does not vary has none until one is asked for: then it gets zeros.
+    fn ds(&mut self, lane: usize, v: Value) -> Result<Value, AdError> {
+        if let Some(s) = self.tan[lane].get(v.index()).and_then(|t| t.fdata.first().copied()) {
+            return Ok(s);
+        }
+        let ty = self.primal.value_type(v);
+        if self.varied[v.index()] {
+            return Err(self.err(format!("{v} has no shadow")));
+        }
+        // Not kept for later requests: a later one may be in a block this one does not
+        // dominate. Such shadows are only read.
+        let pv = self.v(v)?;
+        Ok(self.e.val(Op::ZerosLike, vec![pv], ty))
+    }
+
+    /// Whether `v` may have a non-zero tangent.
+    fn varies(&self, v: Value) -> bool {
+        self.varied.get(v.index()).copied().unwrap_or(true)
+    }
+
+    fn zero(&mut self) -> Value {
+        self.e.fconst(0.0)
+    }
+
+    fn or_zero(&mut self, x: Option<Value>) -> Value {
+        match x {
+            Some(x) => x,
+            None => self.zero(),
+        }
+    }
+
+    /// A value's tangent leaves in one lane, in leaf order, zeros made concrete.
+    fn leaves_of(&mut self, types: &TypeTable, lane: usize, v: Value) -> Vec<Value> {
+        let t = self.t(lane, v);
+        let (mut r, mut f) = (t.rdata.into_iter(), t.fdata.into_iter());
+        let mut out = Vec::new();
+        for leaf in leaves(types, self.primal.value_type(v)) {
+            let x = match leaf.kind {
+                LeafKind::Rdata => r.next().flatten(),
+                LeafKind::Fdata => f.next(),
+            };
+            out.push(self.or_zero(x));
+        }
+        out
+    }
+
+    /// A value of the tangent type of `t` from a lane's leaves.
+    fn tangent_value(&mut self, types: &mut TypeTable, t: TypeId, tan: &Tan) -> Value {
+        let zeros: Vec<Value> = tan.rdata.iter().map(|x| self.or_zero(*x)).collect();
+        crate::forward::build_tangent(
+            &mut self.e,
+            types,
+            t,
+            &mut zeros.into_iter(),
+            &mut tan.fdata.clone().into_iter(),
+        )
+    }
+
+    /// The leaves of a value `tv` of the tangent type of `t`.
+    fn split_tangent(&mut self, types: &TypeTable, t: TypeId, tv: Value) -> Tan {
+        let mut out = Tan::default();
+        for leaf in leaves(types, t) {
+            let x = tangent_extract(&mut self.e, types, tv, &leaf.path);
+            match leaf.kind {
+                LeafKind::Rdata => out.rdata.push(Some(x)),
+                LeafKind::Fdata => out.fdata.push(x),
+            }
+        }
+        out
+    }
+
+    /// A jump's arguments: primal ones, then per lane each one's leaves.
+    fn jump(&mut self, types: &TypeTable, call: &BlockCall) -> Result<BlockCall, AdError> {
+        let mut args = Vec::new();
+        for &a in &call.args {
+            args.push(self.v(a)?);
+        }
+        for lane in 0..self.width {
+            for &a in &call.args {
+                args.extend(self.leaves_of(types, lane, a));
+            }
+        }
+        Ok(BlockCall { block: self.block_map[call.block.index()], args })
+    }
+
+    /// `a + b` where either may be zero.
+    fn add(&mut self, a: Option<Value>, b: Option<Value>) -> Option<Value> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(self.e.add(a, b)),
+            (x, None) | (None, x) => x,
+        }
+    }
+
+    fn inst(&mut self, types: &mut TypeTable, inst: Inst) -> Result<(), AdError> {
+        let d = self.primal.insts[inst].clone();
+        self.e.span = d.span;
+        let args: Vec<Value> = d.args.iter().map(|&a| self.v(a)).collect::<Result<_, _>>()?;
+        let rty = d.result.map(|r| self.primal.value_type(r));
+        let keep_name = d.result.and_then(|r| self.primal.values[r].name.clone());
+        // Calls go to the callee's tangent function, which also gives the tangents.
+        if let Op::Call(g) = d.op {
+            return self.call(types, &d, g, args, rty, keep_name);
+        }
+        let r = self.e.func.push_inst(self.e.block, d.op.clone(), args.clone(), rty, d.span);
+        if let (Some(pr), Some(nr)) = (d.result, r) {
+            self.e.func.values[nr].name = keep_name.clone();
+            self.vmap[pr.index()] = Some(nr);
+        }
+        // A result that does not vary needs no tangent code (ops without a result may
+        // still write shadows).
+        let quiet = d.result.is_some_and(|pr| !self.varied[pr.index()]);
+        for lane in 0..self.width {
+            let t = if quiet { None } else { self.rule(types, lane, &d.op, &d.args, &args, r, rty)? };
+            // A result whose rule gives no tangent has a zero one: no shadow is needed.
+            let t = match (t, rty) {
+                (Some(t), _) => Some(t),
+                (None, Some(rt)) => {
+                    if !quiet && !crate::tangent::fdata_leaves(types, rt).is_empty() {
+                        return Err(self.err(format!(
+                            "`{}` gives no shadow for its result",
+                            crate::rule_name(types, &d.op)
+                        )));
+                    }
+                    Some(Tan { rdata: vec![None; crate::tangent::rdata_count(types, rt)], fdata: Vec::new() })
+                }
+                (None, None) => None,
+            };
+            if let (Some(pr), Some(t)) = (d.result, t) {
+                for &s in &t.fdata {
+                    if self.e.func.values[s].name.is_none() {
+                        let n = keep_name.as_ref().map(|n| format!("d{n}"));
+                        self.e.func.values[s].name = n;
+                    }
+                }
+                self.tan[lane][pr.index()] = t;
+            }
+        }
+        Ok(())
+    }
+
+    fn call(
+        &mut self,
+        types: &mut TypeTable,
+        d: &mcir_ir::InstData,
+        g: FuncId,
+        args: Vec<Value>,
+        rty: Option<TypeId>,
+        keep_name: Option<String>,
+    ) -> Result<(), AdError> {
+        let tg = *self.tans.get(&g).ok_or_else(|| self.err(format!("no tangent function for {g}")))?;
+        let mut cargs = args;
+        for lane in 0..self.width {
+            for &a in &d.args {
+                cargs.extend(self.leaves_of(types, lane, a));
+            }
+        }
+        let ret = tangent_ret(types, rty, self.width);
+        let out = self.e.func.push_inst(self.e.block, Op::Call(tg), cargs, ret, d.span);
+        if let (Some(pr), Some(out), Some(rt)) = (d.result, out, rty) {
+            let y = self.e.tuple_get(types, out, 0);
+            self.e.name(y, keep_name.clone());
+            self.vmap[pr.index()] = Some(y);
+            let mut k = 1;
+            for lane in 0..self.width {
+                let mut t = Tan::default();
+                for leaf in leaves(types, rt) {
+                    let x = self.e.tuple_get(types, out, k);
+                    k += 1;
+                    match leaf.kind {
+                        LeafKind::Rdata => t.rdata.push(Some(x)),
+                        LeafKind::Fdata => t.fdata.push(x),
+                    }
+                }
+                self.tan[lane][pr.index()] = t;
+            }
+        }
+        Ok(())
+    }
+
+    /// The tangent of an op's result in one lane, after emitting what it writes to
+    /// shadows. `pa` are the primal operands, `a` their copies, `r` the result's copy.
+    #[allow(clippy::too_many_arguments)]
+    fn rule(
+        &mut self,
+        types: &mut TypeTable,
+        lane: usize,
+        op: &Op,
+        pa: &[Value],
+        a: &[Value],
+        r: Option<Value>,
+        rty: Option<TypeId>,
+    ) -> Result<Option<Tan>, AdError> {
+        let scalar = |x: Option<Value>| Some(Tan { rdata: vec![x], fdata: Vec::new() });
+        let shadow = |x: Value| Some(Tan { rdata: Vec::new(), fdata: vec![x] });
+        let varied = self.varied.clone();
+        let f64_array = |types: &TypeTable, v: Value, f: &Function| {
+            has_tangent(types, f.value_type(v)) && varied.get(v.index()).copied().unwrap_or(true)
+        };
+        let r_or =
+            |r: Option<Value>| r.ok_or_else(|| AdError::internal("", "an op without its result".into()));
+        Ok(match op {
+            Op::FConst(_)
+            | Op::IConst(_)
+            | Op::BConst(_)
+            | Op::IBinary(_)
+            | Op::IUnary(_)
+            | Op::FCmp(_)
+            | Op::ICmp(_)
+            | Op::BCmp(_)
+            | Op::Not
+            | Op::IToF
+            | Op::FToI
+            | Op::ArrayDim(_)
+            | Op::MapIBinary(_)
+            | Op::Print => None,
+            Op::FBinary(bop) => {
+                let (tx, ty) = (self.dr(lane, pa[0]), self.dr(lane, pa[1]));
+                scalar(self.binary(*bop, a[0], a[1], r_or(r)?, tx, ty))
+            }
+            Op::FUnary(u) => {
+                let t = match self.dr(lane, pa[0]) {
+                    Some(g) => crate::rules::unary_times(&mut self.e, *u, Some(a[0]), r, g),
+                    None => None,
+                };
+                scalar(t)
+            }
+            Op::FPowI => {
+                let t = self.dr(lane, pa[0]).map(|g| crate::rules::powi_times(&mut self.e, a[0], a[1], g));
+                scalar(t)
+            }
+            Op::Select => {
+                let (tb, tc) = (self.t(lane, pa[1]), self.t(lane, pa[2]));
+                let mut out = Tan::default();
+                for (x, y) in tb.rdata.iter().zip(&tc.rdata) {
+                    out.rdata.push(match (x, y) {
+                        (None, None) => None,
+                        _ => {
+                            let (x, y) = (self.or_zero(*x), self.or_zero(*y));
+                            let ty = self.e.ty(x);
+                            Some(self.e.val(Op::Select, vec![a[0], x, y], ty))
+                        }
+                    });
+                }
+                for (&x, &y) in tb.fdata.iter().zip(&tc.fdata) {
+                    let ty = self.e.ty(x);
+                    out.fdata.push(self.e.val(Op::Select, vec![a[0], x, y], ty));
+                }
+                Some(out)
+            }
+            Op::ArrayFill => {
+                let Some(rt) = rty.filter(|&t| has_tangent(types, t)) else { return Ok(None) };
+                let x = self.dr(lane, pa[0]);
+                let x = self.or_zero(x);
+                let s = self.e.val(Op::ArrayFill, [vec![x], a[1..].to_vec()].concat(), rt);
+                shadow(s)
+            }
+            Op::ArrayLit(_) => {
+                let Some(rt) = rty.filter(|&t| has_tangent(types, t)) else { return Ok(None) };
+                let xs: Vec<Value> = pa
+                    .iter()
+                    .map(|&x| {
+                        let t = self.dr(lane, x);
+                        self.or_zero(t)
+                    })
+                    .collect();
+                shadow(self.e.val(op.clone(), xs, rt))
+            }
+            Op::Load | Op::TrustedLoad => {
+                if !f64_array(types, pa[0], self.primal) {
+                    return Ok(None);
+                }
+                let s = self.ds(lane, pa[0])?;
+                scalar(Some(self.e.val(op.clone(), [vec![s], a[1..].to_vec()].concat(), TypeTable::F64)))
+            }
+            Op::Store | Op::TrustedStore => {
+                if f64_array(types, pa[0], self.primal) {
+                    let s = self.ds(lane, pa[0])?;
+                    let x = self.dr(lane, pa[pa.len() - 1]);
+                    let x = self.or_zero(x);
+                    self.e.eff(op.clone(), [vec![s], a[1..a.len() - 1].to_vec(), vec![x]].concat());
+                }
+                None
+            }
+            Op::ArrayCopy => {
+                if !has_tangent(types, self.primal.value_type(pa[0])) {
+                    return Ok(None);
+                }
+                let s = self.ds(lane, pa[0])?;
+                let ty = self.e.ty(s);
+                shadow(self.e.val(Op::ArrayCopy, vec![s], ty))
+            }
+            Op::CopyInto => {
+                // A destination that varies takes the source's shadow, zeros if it has none.
+                if f64_array(types, pa[0], self.primal) {
+                    let (sd, ss) = (self.ds(lane, pa[0])?, self.ds(lane, pa[1])?);
+                    self.e.eff(Op::CopyInto, vec![sd, ss]);
+                }
+                None
+            }
+            Op::Sum => {
+                if !f64_array(types, pa[0], self.primal) {
+                    return Ok(None);
+                }
+                let s = self.ds(lane, pa[0])?;
+                scalar(Some(self.e.val(Op::Sum, vec![s], TypeTable::F64)))
+            }
+            Op::Dot => {
+                let u = match self.array_or_scalar_tangent(lane, pa[0])? {
+                    Some(sx) => Some(self.e.val(Op::Dot, vec![sx, a[1]], TypeTable::F64)),
+                    None => None,
+                };
+                let v = match self.array_or_scalar_tangent(lane, pa[1])? {
+                    Some(sy) => Some(self.e.val(Op::Dot, vec![a[0], sy], TypeTable::F64)),
+                    None => None,
+                };
+                scalar(self.add(u, v))
+            }
+            Op::MapFBinary(bop) => {
+                let start = self.emitted();
+                let tx = self.array_or_scalar_tangent(lane, pa[0])?;
+                let ty = self.array_or_scalar_tangent(lane, pa[1])?;
+                let rv = r_or(r)?;
+                let t = self.binary(*bop, a[0], a[1], rv, tx, ty);
+                shadow(self.fresh_array(t, rv, start))
+            }
+            Op::MapFUnary(u) => {
+                let start = self.emitted();
+                let rv = r_or(r)?;
+                let t = match self.array_or_scalar_tangent(lane, pa[0])? {
+                    Some(s) => crate::rules::unary_times(&mut self.e, *u, Some(a[0]), Some(rv), s),
+                    None => None,
+                };
+                shadow(self.fresh_array(t, rv, start))
+            }
+            Op::MapFPowI => {
+                let start = self.emitted();
+                let rv = r_or(r)?;
+                let t = match self.array_or_scalar_tangent(lane, pa[0])? {
+                    Some(s) => Some(crate::rules::powi_times(&mut self.e, a[0], a[1], s)),
+                    None => None,
+                };
+                shadow(self.fresh_array(t, rv, start))
+            }
+            Op::RefNew => {
+                let Some(rt) = rty.filter(|&t| has_tangent(types, t)) else { return Ok(None) };
+                let ct = self.primal.value_type(pa[0]);
+                let tan = self.t(lane, pa[0]);
+                let tv = self.tangent_value(types, ct, &tan);
+                let sty = tangent_type(types, rt);
+                shadow(self.e.val(Op::RefNew, vec![tv], sty))
+            }
+            Op::RefLoad | Op::MutLoad(..) | Op::StackPop | Op::StackPeek => {
+                let Some(rt) = rty.filter(|&t| has_tangent(types, t)) else { return Ok(None) };
+                let cell = self.ds(lane, pa[0])?;
+                let load = match op {
+                    Op::MutLoad(s, i) => Op::MutLoad(shadow_struct(types, *s)?, *i),
+                    other => other.clone(),
+                };
+                let tan_ty = tangent_type(types, rt);
+                let tv = self.e.val(load, vec![cell], tan_ty);
+                Some(self.split_tangent(types, rt, tv))
+            }
+            Op::RefStore | Op::MutStore(..) | Op::StackPush => {
+                let ct = self.primal.value_type(pa[1]);
+                if has_tangent(types, ct) {
+                    let cell = self.ds(lane, pa[0])?;
+                    let tan = self.t(lane, pa[1]);
+                    let tv = self.tangent_value(types, ct, &tan);
+                    let store = match op {
+                        Op::MutStore(s, i) => Op::MutStore(shadow_struct(types, *s)?, *i),
+                        other => other.clone(),
+                    };
+                    self.e.eff(store, vec![cell, tv]);
+                }
+                None
+            }
+            Op::StackNew => {
+                let Some(rt) = rty.filter(|&t| has_tangent(types, t)) else { return Ok(None) };
+                let sty = tangent_type(types, rt);
+                shadow(self.e.val(Op::StackNew, vec![], sty))
+            }
+            Op::TupleNew => {
+                let mut out = Tan::default();
+                for &x in pa {
+                    let t = self.t(lane, x);
+                    out.rdata.extend(t.rdata);
+                    out.fdata.extend(t.fdata);
+                }
+                Some(out)
+            }
+            Op::StructNew(s) => {
+                if !types.struct_def(*s).mutable {
+                    let mut out = Tan::default();
+                    for &x in pa {
+                        let t = self.t(lane, x);
+                        out.rdata.extend(t.rdata);
+                        out.fdata.extend(t.fdata);
+                    }
+                    return Ok(Some(out));
+                }
+                let Some(rt) = rty.filter(|&t| has_tangent(types, t)) else { return Ok(None) };
+                let ss = shadow_struct(types, *s)?;
+                let mut fields = Vec::new();
+                for &x in pa {
+                    let tan = self.t(lane, x);
+                    fields.push(self.tangent_value(types, self.primal.value_type(x), &tan));
+                }
+                let sty = tangent_type(types, rt);
+                shadow(self.e.val(Op::StructNew(ss), fields, sty))
+            }
+            Op::TupleGet(i) | Op::StructGet(_, i) => {
+                let at = self.primal.value_type(pa[0]);
+                let t = self.t(lane, pa[0]);
+                let rr = field_leaf_ranges(types, at, LeafKind::Rdata);
+                let fr = field_leaf_ranges(types, at, LeafKind::Fdata);
+                let i = *i as usize;
+                Some(Tan {
+                    rdata: rr.get(i).and_then(|r| t.rdata.get(r.clone())).unwrap_or(&[]).to_vec(),
+                    fdata: fr.get(i).and_then(|r| t.fdata.get(r.clone())).unwrap_or(&[]).to_vec(),
+                })
+            }
+            Op::ZerosLike => {
+                let rv = r_or(r)?;
+                let ty = self.e.ty(rv);
+                shadow(self.e.val(Op::ZerosLike, vec![rv], ty))
+            }
+            Op::AddInto => {
+                if !self.varies(pa[0]) {
+                    return Ok(None);
+                }
+                let sd = self.ds(lane, pa[0])?;
+                let src = self.array_or_scalar_tangent(lane, pa[1])?;
+                if let Some(src) = src {
+                    self.e.eff(Op::AddInto, vec![sd, src]);
+                }
+                None
+            }
+            Op::Axpy => {
+                // dst += alpha x: d(dst) += d(alpha) x + alpha d(x).
+                if !self.varies(pa[0]) {
+                    return Ok(None);
+                }
+                let sd = self.ds(lane, pa[0])?;
+                if let Some(ta) = self.dr(lane, pa[1]) {
+                    self.e.eff(Op::Axpy, vec![sd, ta, a[2]]);
+                }
+                if let Some(sx) = self.array_or_scalar_tangent(lane, pa[2])? {
+                    self.e.eff(Op::Axpy, vec![sd, a[1], sx]);
+                }
+                None
+            }
+            Op::MoveAdd => {
+                if self.varies(pa[1]) {
+                    let (sd, ss) = (self.ds(lane, pa[0])?, self.ds(lane, pa[1])?);
+                    self.e.eff(Op::MoveAdd, vec![sd, ss]);
+                }
+                None
+            }
+            Op::Call(_) => return Err(self.err("calls are handled apart".into())),
+        })
+    }
+
+    /// An operand's tangent for an elementwise op: a shadow for an array, an rdata
+    /// tangent (maybe zero) for a scalar.
+    fn array_or_scalar_tangent(&mut self, lane: usize, x: Value) -> Result<Option<Value>, AdError> {
+        if self.primal.value_type(x) == TypeTable::F64 {
+            Ok(self.dr(lane, x))
+        } else if !self.varies(x) {
+            Ok(None)
+        } else {
+            self.ds(lane, x).map(Some)
+        }
+    }
+
+    /// How many instructions the current block holds.
+    fn emitted(&self) -> usize {
+        self.e.func.blocks[self.e.block].insts.len()
+    }
+
+    /// A fresh array holding tangent `t` of the array `r` (a copy when `t` is an operand's
+    /// shadow, zeros when it is zero), so that the result's shadow never aliases another.
+    /// `start` is where the rule began emitting: an array computed since is its own.
+    fn fresh_array(&mut self, t: Option<Value>, r: Value, start: usize) -> Value {
+        let rty = self.e.ty(r);
+        match t {
+            None => self.e.val(Op::ZerosLike, vec![r], rty),
+            Some(t) if self.e.ty(t) != rty => {
+                // A scalar tangent of an elementwise op's result: spread it.
+                let z = self.e.val(Op::ZerosLike, vec![r], rty);
+                self.e.eff(Op::AddInto, vec![z, t]);
+                z
+            }
+            Some(t) if self.emitted_since(t, start) => t,
+            Some(t) => self.e.val(Op::ArrayCopy, vec![t], rty),
+        }
+    }
+
+    /// Whether `v` is the result of an instruction emitted since position `start` of the
+    /// current block (every array op there makes a fresh array).
+    fn emitted_since(&self, v: Value, start: usize) -> bool {
+        match self.e.func.values[v].def {
+            mcir_ir::ValueDef::Inst(i) => {
+                self.e.func.blocks[self.e.block].insts[start.min(self.emitted())..].contains(&i)
+            }
+            _ => false,
+        }
+    }
+
+    /// The tangent of `x op y` given the operands' tangents (`None` = zero), scalar or
+    /// elementwise; `r` is the result.
+    fn binary(
+        &mut self,
+        op: FBinOp,
+        x: Value,
+        y: Value,
+        r: Value,
+        tx: Option<Value>,
+        ty: Option<Value>,
+    ) -> Option<Value> {
+        if tx.is_none() && ty.is_none() {
+            return None;
+        }
+        match op {
+            FBinOp::Add => self.add(tx, ty),
+            FBinOp::Sub => {
+                let ny = ty.map(|t| self.e.neg(t));
+                self.add(tx, ny)
+            }
+            FBinOp::Mul => {
+                let u = tx.map(|t| self.e.mul(t, y));
+                let v = ty.map(|t| self.e.mul(x, t));
+                self.add(u, v)
+            }
+            FBinOp::Div => {
+                // (tx - r ty) / y
+                let ry = ty.map(|t| {
+                    let m = self.e.mul(r, t);
+                    self.e.neg(m)
+                });
+                let num = self.add(tx, ry)?;
+                Some(self.e.div(num, y))
+            }
+            FBinOp::Pow => {
+                let u = tx.map(|t| {
+                    let one = self.e.fconst(1.0);
+                    let ym1 = self.e.sub(y, one);
+                    let p = self.e.bin(FBinOp::Pow, x, ym1);
+                    let p = self.e.mul(p, y);
+                    self.e.mul(t, p)
+                });
+                let v = ty.map(|t| {
+                    let l = self.e.un(mcir_ir::FUnOp::Log, x);
+                    let p = self.e.mul(r, l);
+                    self.e.mul(t, p)
+                });
+                self.add(u, v)
+            }
+            FBinOp::Min | FBinOp::Max => {
+                // `y` wins only when strictly better: ties go to `x`.
+                let pred = if op == FBinOp::Min { CmpOp::Lt } else { CmpOp::Gt };
+                let y_wins = self.e.val(Op::FCmp(pred), vec![y, x], TypeTable::BOOL);
+                let (tx, ty) = (self.or_zero(tx), self.or_zero(ty));
+                Some(self.e.val(Op::Select, vec![y_wins, ty, tx], TypeTable::F64))
+            }
+            FBinOp::Atan2 => {
+                // atan2(p, q)' = (q dp - p dq) / (p² + q²)
+                let pp = self.e.mul(x, x);
+                let qq = self.e.mul(y, y);
+                let den = self.e.add(pp, qq);
+                let u = tx.map(|t| self.e.mul(t, y));
+                let v = ty.map(|t| {
+                    let m = self.e.mul(x, t);
+                    self.e.neg(m)
+                });
+                let num = self.add(u, v)?;
+                Some(self.e.div(num, den))
+            }
+        }
+    }
+}
+
+/// The result of a tangent function whose primal returns `r`: `(y, leaves.. per lane)`.
+fn tangent_ret(types: &mut TypeTable, r: Option<TypeId>, width: usize) -> Option<TypeId> {
+    r.map(|r| {
+        let mut items = vec![r];
+        for _ in 0..width {
+            for leaf in leaves(types, r) {
+                items.push(tangent_type(types, leaf.ty));
+            }
+        }
+        types.intern(Type::Tuple(items))
+    })
+}
+
+/// Adds `f$jvp` (width 1) for `f`, whose tangent function must exist in `t`, and returns
+/// its id. Its parameters are `f`'s, then one value of tangent type per parameter (`()`
+/// where there is none); it returns `(value, tangent of the value, tangent of each
+/// argument's state after the call)`. The arguments' tangents are the values passed in:
+/// their address-identified parts are the shadows, updated in place.
+pub fn jvp_driver(t: &mut Tangents, f: FuncId) -> Result<FuncId, AdError> {
+    let primal = t.module.funcs[f].clone();
+    let tan_fn = t.tangent(f).ok_or_else(|| AdError::internal(&primal.name, "no tangent function".into()))?;
+    let width = t.width;
+    let types = &mut t.module.types;
+    let mut params: Vec<(Option<String>, TypeId)> = Vec::new();
+    let names: Vec<Option<String>> =
+        primal.param_values().iter().map(|&p| primal.values[p].name.clone()).collect();
+    for (name, &ty) in names.iter().zip(&primal.params) {
+        params.push((name.clone(), ty));
+    }
+    for lane in 0..width {
+        for (name, &ty) in names.iter().zip(&primal.params) {
+            params.push((tangent_value_name(name, lane, width), tangent_type(types, ty)));
+        }
+    }
+    let ret_ty = primal.ret.unwrap_or(TypeTable::UNIT);
+    let mut outs = vec![ret_ty];
+    for _ in 0..width {
+        outs.push(tangent_type(types, ret_ty));
+        for &ty in &primal.params {
+            outs.push(tangent_type(types, ty));
+        }
+    }
+    let ret = types.intern(Type::Tuple(outs));
+    let name =
+        if width == 1 { format!("{}$jvp", primal.name) } else { format!("{}$jvp{width}", primal.name) };
+    let mut e = Emit::new(Function::new(&name, &params, Some(ret)));
+    e.span = primal.span;
+    let pv = e.func.param_values().to_vec();
+    let np = primal.params.len();
+    let mut cargs: Vec<Value> = pv[..np].to_vec();
+    for lane in 0..width {
+        for (i, &ty) in primal.params.iter().enumerate() {
+            let tv = pv[np * (1 + lane) + i];
+            for leaf in leaves(types, ty) {
+                cargs.push(tangent_extract(&mut e, types, tv, &leaf.path));
+            }
+        }
+    }
+    let tan_ret = tangent_ret(types, primal.ret, width);
+    let out = e.func.push_inst(e.block, Op::Call(tan_fn), cargs, tan_ret, primal.span);
+    let mut items = Vec::new();
+    match (out, primal.ret) {
+        (Some(out), Some(r)) => {
+            items.push(e.tuple_get(types, out, 0));
+            let n = leaves(types, r).len();
+            for lane in 0..width {
+                let mut rdata = Vec::new();
+                let mut fdata = Vec::new();
+                for (k, leaf) in leaves(types, r).into_iter().enumerate() {
+                    let x = e.tuple_get(types, out, (1 + lane * n + k) as u32);
+                    match leaf.kind {
+                        LeafKind::Rdata => rdata.push(x),
+                        LeafKind::Fdata => fdata.push(x),
+                    }
+                }
+                let ty = crate::forward::build_tangent(
+                    &mut e,
+                    types,
+                    r,
+                    &mut rdata.into_iter(),
+                    &mut fdata.into_iter(),
+                );
+                items.push(ty);
+                items.extend((0..np).map(|i| pv[np * (1 + lane) + i]));
+            }
+        }
+        _ => {
+            items.push(e.unit());
+            for lane in 0..width {
+                items.push(e.unit());
+                items.extend((0..np).map(|i| pv[np * (1 + lane) + i]));
+            }
+        }
+    }
+    let result = e.val(Op::TupleNew, items, ret);
+    let block = e.block;
+    e.func.set_terminator(block, Terminator::Return(Some(result)), primal.span);
+    let id = t.module.add_function(e.func);
+    if let Err(err) = mcir_ir::verify_function(&t.module, &t.module.funcs[id]) {
+        return Err(AdError::internal(
+            &primal.name,
+            format!("the JVP driver does not verify: {}", err.message),
+        ));
+    }
+    Ok(id)
+}
+
+/// Forward activity: whether each value's tangent may be non-zero. Parameters with a
+/// tangent vary, and so does what is computed from varying values. An array made fresh
+/// from values that do not vary (a constant literal, `zeros`) does not vary as long as
+/// it only is read, or written with values that do not vary; an address that escapes
+/// (into a call, a cell, an aggregate, a join, the result) varies. A value that does not
+/// vary gets no tangent code: besides saving work, this keeps `0 * inf` out of tangents
+/// (`sqrt` of a constant array holding 0).
+fn varied_values(types: &TypeTable, f: &Function) -> Vec<bool> {
+    let n = f.values.len();
+    let tracked: Vec<bool> = f.values.values().map(|d| has_tangent(types, d.ty)).collect();
+    let is_addr = |v: Value| tracked[v.index()] && types.is_address(f.value_type(v));
+    let mut varied = vec![false; n];
+    for &p in f.param_values() {
+        varied[p.index()] = tracked[p.index()];
+    }
+    let zero_derivative = |u: &mcir_ir::FUnOp| {
+        matches!(
+            u,
+            mcir_ir::FUnOp::Floor | mcir_ir::FUnOp::Ceil | mcir_ir::FUnOp::Round | mcir_ir::FUnOp::Sign
+        )
+    };
+    loop {
+        let mut changed = false;
+        let mut mark = |v: Value, varied: &mut Vec<bool>| {
+            if tracked[v.index()] && !varied[v.index()] {
+                varied[v.index()] = true;
+                changed = true;
+            }
+        };
+        for (_, data) in f.blocks.iter() {
+            for &inst in &data.insts {
+                let d = &f.insts[inst];
+                let any = |varied: &Vec<bool>, args: &[Value]| args.iter().any(|a| varied[a.index()]);
+                // What the op writes, and the addresses that escape through it.
+                match &d.op {
+                    Op::Store | Op::TrustedStore => {
+                        if let (Some(&a), Some(&v)) = (d.args.first(), d.args.last()) {
+                            if varied[v.index()] {
+                                mark(a, &mut varied);
+                            }
+                        }
+                    }
+                    Op::CopyInto | Op::AddInto | Op::MoveAdd | Op::Axpy => {
+                        if any(&varied, &d.args[1..]) {
+                            mark(d.args[0], &mut varied);
+                        }
+                    }
+                    Op::Load
+                    | Op::TrustedLoad
+                    | Op::Sum
+                    | Op::Dot
+                    | Op::ArrayDim(_)
+                    | Op::ArrayCopy
+                    | Op::MapFBinary(_)
+                    | Op::MapFUnary(_)
+                    | Op::MapFPowI
+                    | Op::MapIBinary(_)
+                    | Op::ZerosLike
+                    | Op::Print => {}
+                    _ => {
+                        for &a in &d.args {
+                            if is_addr(a) {
+                                mark(a, &mut varied);
+                            }
+                        }
+                    }
+                }
+                let Some(r) = d.result else { continue };
+                if !tracked[r.index()] || varied[r.index()] {
+                    continue;
+                }
+                let v = match &d.op {
+                    Op::FConst(_) | Op::IToF | Op::ZerosLike => false,
+                    Op::FUnary(u) | Op::MapFUnary(u) if zero_derivative(u) => false,
+                    Op::FBinary(_)
+                    | Op::FUnary(_)
+                    | Op::FPowI
+                    | Op::Select
+                    | Op::TupleNew
+                    | Op::TupleGet(_)
+                    | Op::StructGet(..)
+                    | Op::Load
+                    | Op::TrustedLoad
+                    | Op::Sum
+                    | Op::Dot
+                    | Op::ArrayFill
+                    | Op::ArrayLit(_)
+                    | Op::ArrayCopy
+                    | Op::MapFBinary(_)
+                    | Op::MapFUnary(_)
+                    | Op::MapFPowI => any(&varied, &d.args),
+                    Op::StructNew(s) if !types.struct_def(*s).mutable => any(&varied, &d.args),
+                    _ => true,
+                };
+                if v {
+                    mark(r, &mut varied);
+                }
+            }
+            for s in data.term.successors() {
+                for (&arg, &p) in s.args.iter().zip(&f.blocks[s.block].params) {
+                    if is_addr(arg) {
+                        mark(arg, &mut varied);
+                    }
+                    if varied[arg.index()] {
+                        mark(p, &mut varied);
+                    }
+                }
+            }
+            if let Terminator::Return(Some(v)) = data.term {
+                if is_addr(v) {
+                    mark(v, &mut varied);
+                }
+            }
+        }
+        if !changed {
+            return varied;
+        }
+    }
+}
