@@ -67,6 +67,23 @@ impl Program {
         tangents: &[Val],
         limits: &Limits,
     ) -> Result<Jvp, GradError> {
+        // Native code reads a shadow where its primal's index was checked: shapes must
+        // match before the call.
+        let f = &self.module.funcs[func];
+        if args.len() != f.params.len() || tangents.len() != f.params.len() {
+            return Err(GradError::Args(ArgError {
+                message: format!(
+                    "`{}` takes {} arguments; {} arguments and {} tangents were given",
+                    f.name,
+                    f.params.len(),
+                    args.len(),
+                    tangents.len()
+                ),
+            }));
+        }
+        for (i, ((&t, x), dx)) in f.params.iter().zip(args).zip(tangents).enumerate() {
+            check_tangent(&self.module.types, t, x, dx, &format!("tangent[{i}]")).map_err(GradError::Args)?;
+        }
         let runner = self.jvp_runner(func).map_err(GradError::Derive)?;
         let module = &runner.tangents.module;
         let mut call_args: Vec<Val> = args.to_vec();
@@ -137,6 +154,70 @@ impl Program {
         }
         let out = self.jvp(func, &args, &tangents, limits)?;
         Ok(encode_jvp_output(module, func, &out))
+    }
+}
+
+/// Checks that `dx` is a tangent of `x`, a value of type `t`: the tangent type's
+/// structure, and arrays of the same shapes.
+fn check_tangent(
+    types: &mcir_ir::TypeTable,
+    t: mcir_ir::TypeId,
+    x: &Val,
+    dx: &Val,
+    path: &str,
+) -> Result<(), ArgError> {
+    use mcir_ir::Type;
+    let bad = |what: &str| Err(ArgError { message: format!("{path}: {what}") });
+    if !mcir_ad::tangent::has_tangent(types, t) {
+        return match dx {
+            Val::Unit => Ok(()),
+            _ => bad("a value without a derivative has the tangent ()"),
+        };
+    }
+    match (types.get(t), x, dx) {
+        (Type::Scalar(_), _, Val::F64(_)) => Ok(()),
+        (Type::Array { .. }, Val::Array(a), Val::Array(d)) => {
+            let same_kind = matches!(&*d.data.borrow(), mcir_interp::ArrayData::F64(_));
+            if a.shape != d.shape || !same_kind {
+                return bad(&format!("an f64 array of shape {:?} is needed, like its argument", a.shape));
+            }
+            Ok(())
+        }
+        (Type::Ref(inner), Val::Ref(c), Val::Ref(dc)) => {
+            if std::rc::Rc::ptr_eq(c, dc) {
+                return bad("a tangent may not share memory with its argument");
+            }
+            check_tangent(types, *inner, &c.borrow(), &dc.borrow(), path)
+        }
+        (Type::Tuple(items), Val::Agg(xs), Val::Agg(ds))
+            if xs.len() == items.len() && ds.len() == items.len() =>
+        {
+            for (k, ((&it, xv), dv)) in items.iter().zip(xs.iter()).zip(ds.iter()).enumerate() {
+                check_tangent(types, it, xv, dv, &format!("{path}[{k}]"))?;
+            }
+            Ok(())
+        }
+        (Type::Struct(_), _, _) => {
+            let Some((_, def)) = types.as_struct(t) else { return bad("an unknown struct") };
+            let (xs, ds): (Vec<Val>, Vec<Val>) = match (x, dx) {
+                (Val::Agg(xs), Val::Agg(ds)) if !def.mutable => (xs.to_vec(), ds.to_vec()),
+                (Val::Mut(xs), Val::Mut(ds)) if def.mutable => {
+                    if std::rc::Rc::ptr_eq(xs, ds) {
+                        return bad("a tangent may not share memory with its argument");
+                    }
+                    (xs.borrow().clone(), ds.borrow().clone())
+                }
+                _ => return bad(&format!("a tangent of a `{}` is needed", def.name)),
+            };
+            if xs.len() != def.fields.len() || ds.len() != def.fields.len() {
+                return bad(&format!("a tangent of a `{}` is needed", def.name));
+            }
+            for (((name, ft), xv), dv) in def.fields.iter().zip(&xs).zip(&ds) {
+                check_tangent(types, *ft, xv, dv, &format!("{path}.{name}"))?;
+            }
+            Ok(())
+        }
+        _ => bad(&format!("the value does not fit the tangent type of `{}`", types.display(t))),
     }
 }
 

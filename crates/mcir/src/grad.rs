@@ -444,7 +444,7 @@ fn decode_derivative(
         } else {
             Err(ArgError {
                 message: format!(
-                    "{path}: a {} has no derivative, so its {what} must be null",
+                    "{path}: `{}` has no derivative, so its {what} must be null",
                     types.display(t)
                 ),
             })

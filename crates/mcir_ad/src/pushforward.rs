@@ -529,15 +529,17 @@ impl Builder<'_> {
                 if !f64_array(types, pa[0], self.primal) {
                     return Ok(None);
                 }
+                // The primal access has just checked the index, and a shadow has its
+                // primal's shape.
                 let s = self.ds(lane, pa[0])?;
-                scalar(Some(self.e.val(op.clone(), [vec![s], a[1..].to_vec()].concat(), TypeTable::F64)))
+                scalar(Some(self.e.val(Op::TrustedLoad, [vec![s], a[1..].to_vec()].concat(), TypeTable::F64)))
             }
             Op::Store | Op::TrustedStore => {
                 if f64_array(types, pa[0], self.primal) {
                     let s = self.ds(lane, pa[0])?;
                     let x = self.dr(lane, pa[pa.len() - 1]);
                     let x = self.or_zero(x);
-                    self.e.eff(op.clone(), [vec![s], a[1..a.len() - 1].to_vec(), vec![x]].concat());
+                    self.e.eff(Op::TrustedStore, [vec![s], a[1..a.len() - 1].to_vec(), vec![x]].concat());
                 }
                 None
             }

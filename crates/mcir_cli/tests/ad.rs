@@ -185,3 +185,45 @@ fn derived_passes_are_snapshotted_and_reparse() {
     assert!(snapshots >= 25);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Forward mode: the tangent functions of every program print, re-parse and verify, and
+/// those of `tests/check` are snapshotted.
+#[test]
+fn tangent_functions_are_snapshotted_and_reparse() {
+    let mut failures = Vec::new();
+    let mut snapshots = 0;
+    for dir in ["programs", "check"] {
+        for path in cases(dir) {
+            let name = path.file_stem().unwrap().to_string_lossy().to_string();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let program = mcir::Program::compile(&rel(&path), &text).unwrap();
+            let func = program.entry(header(&text, "fn").as_deref()).unwrap();
+            let t = match program.tangent_module(&[func]) {
+                Ok(t) => t,
+                Err(e) => {
+                    failures.push(format!("{name}: {e}"));
+                    continue;
+                }
+            };
+            let text_all = mcir::ir::print_module(&t.module);
+            match mcir::ir::parse_module(&text_all) {
+                Ok(m) => {
+                    if let Err(e) = mcir::ir::verify_module(&m) {
+                        failures.push(format!("{name}: re-parsed tangent IR does not verify: {e}"));
+                    } else if mcir::ir::print_module(&m) != text_all {
+                        failures.push(format!("{name}: tangent IR changes through print -> parse -> print"));
+                    }
+                }
+                Err(e) => failures.push(format!("{name}: tangent IR does not parse: {e}")),
+            }
+            if dir == "check" {
+                let tf = t.tangent(func).unwrap();
+                let ir = mcir::ir::print_function(&t.module, &t.module.funcs[tf]);
+                snapshot_settings("tangent").bind(|| insta::assert_snapshot!(name.clone(), ir));
+                snapshots += 1;
+            }
+        }
+    }
+    assert!(snapshots >= 25);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

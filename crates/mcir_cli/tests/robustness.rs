@@ -468,3 +468,50 @@ fn bad_arguments_give_defined_results_or_clear_errors() {
     assert!(count >= 25);
     snapshot_settings("bad_input").bind(|| insta::assert_snapshot!("arguments", transcript));
 }
+
+/// `mcc jvp` with bad tangents: each is a usage error naming the problem, the same on
+/// both engines; NaN and empty arrays give defined results.
+#[test]
+fn bad_tangents_to_mcc_jvp() {
+    let program = root().join("tests/bad_input/arguments.mcir");
+    let p = program.to_str().unwrap();
+    let args = r#"[1.0, [1, 2], [[1, 2], [3, 4]], 3, {"w": 2.0, "v": [1.0]}, 0.5, [1.0, true], [1, 2]]"#;
+    let good = r#"[1.0, [0, 1], [[0, 0], [1, 0]], null, {"w": 0.5, "v": [1.0]}, 0.25, [1.0, null], null]"#;
+    let out = mcc(&["jvp", p, "--args", args, "--tangent", good]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(
+        out.stdout.trim(),
+        r#"{"value": 21.5, "tangent": 8.75, "args_tangent": [1.0, [0.0, 1.0], [[0.0, 0.0], [1.0, 0.0]], null, {"w": 0.5, "v": [1.0]}, 8.75, [1.0, null], null]}"#
+    );
+    for (tangent, expect) in [
+        ("[1.0]", "--tangent has 1 elements, but `main` takes 8 arguments"),
+        ("{}", "--tangent must be a JSON array"),
+        ("[1.0, [0, 1", "--tangent is not valid JSON"),
+        (r#"[1.0, [0, 1, 2], null, null, null, null, null, null]"#, "--tangent[1] has shape [3]"),
+        (r#"[1.0, null, null, 5, null, null, null, null]"#, "--tangent[3]: `i64` has no derivative"),
+        (r#"["x", null, null, null, null, null, null, null]"#, "--tangent[0] must be an f64"),
+        (r#"[null, null, null, null, {"q": 1}, null, null, null]"#, "has no field `q`"),
+    ] {
+        let native = mcc(&["jvp", p, "--args", args, "--tangent", tangent]);
+        let interp = mcc(&["jvp", p, "--args", args, "--tangent", tangent, "--interp"]);
+        assert_eq!(native, interp, "{tangent}");
+        assert_eq!(native.code, 2, "{tangent}: {}", native.stderr);
+        assert!(
+            native.stderr.starts_with("error: ") && native.stderr.contains(expect),
+            "{tangent}: {}",
+            native.stderr
+        );
+    }
+    let nan = r#"["NaN", null, null, null, null, null, null, null]"#;
+    let out = mcc(&["jvp", p, "--args", args, "--tangent", nan]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.contains(r#""tangent": "NaN""#), "{}", out.stdout);
+    let empty = r#"[1.0, [], [], 0, {"w": 2.0, "v": []}, 0.5, [1.0, true], []]"#;
+    let out =
+        mcc(&["jvp", p, "--args", empty, "--tangent", "[1.0, null, null, null, null, null, null, null]"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(
+        out.stdout.trim(),
+        r#"{"value": 1.5, "tangent": 0.0, "args_tangent": [1.0, [], [], null, {"w": 0.0, "v": []}, 0.0, [0.0, null], null]}"#
+    );
+}
