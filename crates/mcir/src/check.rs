@@ -370,7 +370,7 @@ fn fields_of(v: &Val) -> Vec<Val> {
     }
 }
 
-fn values_of(types: &TypeTable, t: TypeId, v: &Val) -> Vec<f64> {
+pub(crate) fn values_of(types: &TypeTable, t: TypeId, v: &Val) -> Vec<f64> {
     let mut out = Vec::new();
     flatten(types, t, v, "", &mut out);
     out.into_iter().map(|p| p.1).collect()
@@ -408,7 +408,7 @@ fn rebuild(types: &TypeTable, t: TypeId, v: &Val, vals: &mut dyn Iterator<Item =
 }
 
 /// The scalars of a tangent value of the tangent type of `t`, in the order of [`flatten`].
-fn flatten_tangent(types: &TypeTable, t: TypeId, v: &Val, out: &mut Vec<f64>) {
+pub(crate) fn flatten_tangent(types: &TypeTable, t: TypeId, v: &Val, out: &mut Vec<f64>) {
     if !has_tangent(types, t) {
         return;
     }
@@ -438,7 +438,12 @@ fn flatten_tangent(types: &TypeTable, t: TypeId, v: &Val, out: &mut Vec<f64>) {
 }
 
 /// A tangent value shaped like `like` (of type `t`) whose scalars come from `vals`.
-fn tangent_from(types: &TypeTable, t: TypeId, like: &Val, vals: &mut dyn Iterator<Item = f64>) -> Val {
+pub(crate) fn tangent_from(
+    types: &TypeTable,
+    t: TypeId,
+    like: &Val,
+    vals: &mut dyn Iterator<Item = f64>,
+) -> Val {
     if !has_tangent(types, t) {
         return Val::Unit;
     }

@@ -36,19 +36,19 @@ impl std::fmt::Debug for JvpRunner {
     }
 }
 
-/// The JVP runners of a program, by function.
-pub(crate) type JvpCache = Mutex<HashMap<FuncId, Arc<JvpRunner>>>;
+/// The JVP runners of a program, by function and width.
+pub(crate) type JvpCache = Mutex<HashMap<(FuncId, usize), Arc<JvpRunner>>>;
 
 impl Program {
-    fn jvp_runner(&self, func: FuncId) -> Result<Arc<JvpRunner>, AdError> {
-        if let Some(r) = self.jvp_cache.lock().ok().and_then(|c| c.get(&func).cloned()) {
+    fn jvp_runner(&self, func: FuncId, width: usize) -> Result<Arc<JvpRunner>, AdError> {
+        if let Some(r) = self.jvp_cache.lock().ok().and_then(|c| c.get(&(func, width)).cloned()) {
             return Ok(r);
         }
-        let mut tangents = mcir_ad::pushforward::tangents(&self.module, &[func], 1)?;
+        let mut tangents = mcir_ad::pushforward::tangents(&self.module, &[func], width)?;
         let driver = mcir_ad::pushforward::jvp_driver(&mut tangents, func)?;
         let runner = Arc::new(JvpRunner { tangents, driver, native: Default::default() });
         if let Ok(mut c) = self.jvp_cache.lock() {
-            c.insert(func, runner.clone());
+            c.insert((func, width), runner.clone());
         }
         Ok(runner)
     }
@@ -84,7 +84,26 @@ impl Program {
         for (i, ((&t, x), dx)) in f.params.iter().zip(args).zip(tangents).enumerate() {
             check_tangent(&self.module.types, t, x, dx, &format!("tangent[{i}]")).map_err(GradError::Args)?;
         }
-        let runner = self.jvp_runner(func).map_err(GradError::Derive)?;
+        let items = self.run_jvp(func, 1, args, tangents, limits)?;
+        let ret = self.module.funcs[func].ret;
+        Ok(Jvp {
+            value: if ret.is_some() { items.first().cloned() } else { None },
+            tangent: items.get(1).cloned().unwrap_or(Val::Unit),
+            args_tangent: items.iter().skip(2).cloned().collect(),
+        })
+    }
+
+    /// Runs the JVP driver of width `width`: `tangents` holds `width` lanes of one tangent
+    /// per argument. Returns `(value, [tangent, args' tangents..] per lane)` flattened.
+    pub(crate) fn run_jvp(
+        &self,
+        func: FuncId,
+        width: usize,
+        args: &[Val],
+        tangents: &[Val],
+        limits: &Limits,
+    ) -> Result<Vec<Val>, GradError> {
+        let runner = self.jvp_runner(func, width).map_err(GradError::Derive)?;
         let module = &runner.tangents.module;
         let mut call_args: Vec<Val> = args.to_vec();
         call_args.extend(tangents.iter().cloned());
@@ -102,15 +121,10 @@ impl Program {
             }
         }
         .map_err(GradError::Runtime)?;
-        let Some(Val::Agg(items)) = out else {
-            return Err(GradError::Runtime(crate::grad::internal_error("the JVP driver returned no tuple")));
-        };
-        let ret = module.funcs[func].ret;
-        Ok(Jvp {
-            value: if ret.is_some() { items.first().cloned() } else { None },
-            tangent: items.get(1).cloned().unwrap_or(Val::Unit),
-            args_tangent: items.iter().skip(2).cloned().collect(),
-        })
+        match out {
+            Some(Val::Agg(items)) => Ok(items.to_vec()),
+            _ => Err(GradError::Runtime(crate::grad::internal_error("the JVP driver returned no tuple"))),
+        }
     }
 
     /// `mcc jvp`: the value, its tangent and the tangent of every argument's state after
@@ -124,34 +138,8 @@ impl Program {
         limits: &Limits,
     ) -> Result<String, GradError> {
         let module = &self.module;
-        let f = &module.funcs[func];
         let args = crate::json::decode_args(module, func, args_json).map_err(GradError::Args)?;
-        let j: Json = serde_json::from_str(tangent_json).map_err(|e| {
-            GradError::Args(ArgError { message: format!("--tangent is not valid JSON: {e}") })
-        })?;
-        let Json::Array(items) = j else {
-            return Err(GradError::Args(ArgError {
-                message: "--tangent must be a JSON array with one tangent per argument".into(),
-            }));
-        };
-        if items.len() != f.params.len() {
-            return Err(GradError::Args(ArgError {
-                message: format!(
-                    "--tangent has {} elements, but `{}` takes {} arguments",
-                    items.len(),
-                    f.name,
-                    f.params.len()
-                ),
-            }));
-        }
-        let mut tangents = Vec::new();
-        for (i, (item, &t)) in items.iter().zip(&f.params).enumerate() {
-            let path = format!("--tangent[{i}]");
-            tangents.push(
-                decode_forward_tangent(&module.types, t, item, args.get(i), &path)
-                    .map_err(GradError::Args)?,
-            );
-        }
+        let tangents = decode_tangents(module, func, &args, tangent_json)?;
         let out = self.jvp(func, &args, &tangents, limits)?;
         Ok(encode_jvp_output(module, func, &out))
     }
@@ -243,4 +231,178 @@ pub fn encode_jvp_output(module: &Module, func: FuncId, out: &Jvp) -> String {
     }
     s.push_str("]}");
     s
+}
+
+/// A Hessian-vector product: the value, the gradient and the derivative of the gradient
+/// along a direction (one value of tangent type per argument).
+#[derive(Clone, Debug)]
+pub struct Hvp {
+    /// The returned value.
+    pub value: f64,
+    /// The gradient, one cotangent per argument.
+    pub gradient: Vec<Val>,
+    /// The Hessian-vector product, encoded like the gradient.
+    pub hvp: Vec<Val>,
+}
+
+/// The compiled HVP of one function: forward mode over its VJP driver.
+pub(crate) struct HvpRunner {
+    tangents: Tangents,
+    driver: FuncId,
+    native: OnceLock<Result<mcir_jit::Jit, mcir_jit::JitError>>,
+}
+
+impl std::fmt::Debug for HvpRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HvpRunner(@{})", self.tangents.module.funcs[self.driver].name)
+    }
+}
+
+/// The HVP runners of a program, by function.
+pub(crate) type HvpCache = Mutex<HashMap<FuncId, Arc<HvpRunner>>>;
+
+impl Program {
+    fn hvp_runner(&self, func: FuncId) -> Result<Arc<HvpRunner>, AdError> {
+        if let Some(r) = self.hvp_cache.lock().ok().and_then(|c| c.get(&func).cloned()) {
+            return Ok(r);
+        }
+        let mut derived = mcir_ad::derive(&self.module, &crate::AdOptions::default())?;
+        let pattern = vec![false; self.module.funcs[func].params.len()];
+        let vjp = mcir_ad::vjp_driver(&mut derived, func, &mcir_ad::SeedPattern { args: pattern })?;
+        let mut tangents = mcir_ad::pushforward::tangents(&derived.module, &[vjp], 1)?;
+        let driver = mcir_ad::pushforward::jvp_driver(&mut tangents, vjp)?;
+        let runner = Arc::new(HvpRunner { tangents, driver, native: Default::default() });
+        if let Ok(mut c) = self.hvp_cache.lock() {
+            c.insert(func, runner.clone());
+        }
+        Ok(runner)
+    }
+
+    /// The Hessian-vector product of `func`, which must return `f64`, at `args` along
+    /// `direction` (one value of tangent type per argument): forward mode applied to the
+    /// derived reverse pass. The arguments come back in their entry state.
+    pub fn hvp(
+        &self,
+        func: FuncId,
+        args: &[Val],
+        direction: &[Val],
+        limits: &Limits,
+    ) -> Result<Hvp, GradError> {
+        let f = &self.module.funcs[func];
+        if f.ret != Some(mcir_ir::TypeTable::F64) {
+            return Err(GradError::Args(ArgError {
+                message: format!("a Hessian needs a function returning f64; `{}` does not", f.name),
+            }));
+        }
+        if args.len() != f.params.len() || direction.len() != f.params.len() {
+            return Err(GradError::Args(ArgError {
+                message: format!("`{}` takes {} arguments and as many tangents", f.name, f.params.len()),
+            }));
+        }
+        for (i, ((&t, x), dx)) in f.params.iter().zip(args).zip(direction).enumerate() {
+            check_tangent(&self.module.types, t, x, dx, &format!("tangent[{i}]")).map_err(GradError::Args)?;
+        }
+        let runner = self.hvp_runner(func).map_err(GradError::Derive)?;
+        let module = &runner.tangents.module;
+        // (x.., seed = 1, tx.., tseed = 0)
+        let mut call_args: Vec<Val> = args.to_vec();
+        call_args.push(Val::F64(1.0));
+        call_args.extend(direction.iter().cloned());
+        call_args.push(Val::F64(0.0));
+        let out = match self.engine {
+            crate::Engine::Interpreter => {
+                mcir_interp::Interpreter::new(module, limits.clone()).call(runner.driver, call_args)
+            }
+            crate::Engine::Jit => {
+                let jit = runner
+                    .native
+                    .get_or_init(|| mcir_jit::Jit::compile_reachable(module, &[runner.driver]))
+                    .as_ref()
+                    .map_err(|e| GradError::Runtime(crate::native_error(e.clone())))?;
+                jit.call(runner.driver, &call_args, limits)
+            }
+        }
+        .map_err(GradError::Runtime)?;
+        let shape_error =
+            || GradError::Runtime(crate::grad::internal_error("the HVP driver returned no tuple"));
+        let Some(Val::Agg(items)) = out else { return Err(shape_error()) };
+        // items: (value, gradients..), its tangent (tvalue, hvp..), the arguments' tangents.
+        let (Some(Val::Agg(primal)), Some(Val::Agg(tangent))) = (items.first(), items.get(1)) else {
+            return Err(shape_error());
+        };
+        let value = match primal.first() {
+            Some(Val::F64(v)) => *v,
+            _ => return Err(shape_error()),
+        };
+        Ok(Hvp {
+            value,
+            gradient: primal.iter().skip(1).cloned().collect(),
+            hvp: tangent.iter().skip(1).cloned().collect(),
+        })
+    }
+
+    /// `mcc hvp`: `{"value": V, "gradient": [G1, ...], "hvp": [H1, ...]}` along the JSON
+    /// direction `tangent` (one tangent per argument, `null` = zero).
+    pub fn hvp_json(
+        &self,
+        func: FuncId,
+        args_json: &str,
+        tangent_json: &str,
+        limits: &Limits,
+    ) -> Result<String, GradError> {
+        let module = &self.module;
+        let args = crate::json::decode_args(module, func, args_json).map_err(GradError::Args)?;
+        let direction = decode_tangents(module, func, &args, tangent_json)?;
+        let out = self.hvp(func, &args, &direction, limits)?;
+        let f = &module.funcs[func];
+        let mut s = String::from("{\"value\": ");
+        mcir_interp::json::write_f64(&mut s, out.value);
+        for (key, list) in [("gradient", &out.gradient), ("hvp", &out.hvp)] {
+            s.push_str(&format!(", \"{key}\": ["));
+            for (i, (&t, v)) in f.params.iter().zip(list).enumerate() {
+                if i > 0 {
+                    s.push_str(", ");
+                }
+                write_tangent(&mut s, &module.types, t, v);
+            }
+            s.push(']');
+        }
+        s.push('}');
+        Ok(s)
+    }
+}
+
+/// Decodes `--tangent`: a JSON array with one tangent per argument of `func`.
+fn decode_tangents(
+    module: &Module,
+    func: FuncId,
+    args: &[Val],
+    tangent_json: &str,
+) -> Result<Vec<Val>, GradError> {
+    let f = &module.funcs[func];
+    let j: Json = serde_json::from_str(tangent_json)
+        .map_err(|e| GradError::Args(ArgError { message: format!("--tangent is not valid JSON: {e}") }))?;
+    let Json::Array(items) = j else {
+        return Err(GradError::Args(ArgError {
+            message: "--tangent must be a JSON array with one tangent per argument".into(),
+        }));
+    };
+    if items.len() != f.params.len() {
+        return Err(GradError::Args(ArgError {
+            message: format!(
+                "--tangent has {} elements, but `{}` takes {} arguments",
+                items.len(),
+                f.name,
+                f.params.len()
+            ),
+        }));
+    }
+    let mut tangents = Vec::new();
+    for (i, (item, &t)) in items.iter().zip(&f.params).enumerate() {
+        let path = format!("--tangent[{i}]");
+        tangents.push(
+            decode_forward_tangent(&module.types, t, item, args.get(i), &path).map_err(GradError::Args)?,
+        );
+    }
+    Ok(tangents)
 }

@@ -13,6 +13,7 @@
 mod api;
 pub mod bench;
 pub mod check;
+pub mod dense;
 mod diagnostics;
 mod error;
 pub mod forward;
@@ -23,9 +24,10 @@ mod stack;
 
 pub use api::{ApiError, Arg, Function, GradSlot, Prepared};
 pub use check::{CheckOptions, CheckReport, Failure};
+pub use dense::{Hessian, Jacobian, Sweep};
 pub use diagnostics::SourceFile;
 pub use error::{ArgError, CompileError, EntryError, GradError, RunError};
-pub use forward::Jvp;
+pub use forward::{Hvp, Jvp};
 pub use grad::{AdError, AdOptions, Differentiated, Vjp};
 /// Runtime values: arguments and results of calls.
 pub use mcir_interp::Val as Value;
@@ -58,6 +60,7 @@ pub struct Program {
     native: Arc<std::sync::OnceLock<Result<mcir_jit::Jit, mcir_jit::JitError>>>,
     vjp_cache: Arc<grad::VjpCache>,
     jvp_cache: Arc<forward::JvpCache>,
+    hvp_cache: Arc<forward::HvpCache>,
 }
 
 impl Program {
@@ -102,6 +105,7 @@ impl Program {
             native: Default::default(),
             vjp_cache: Default::default(),
             jvp_cache: Default::default(),
+            hvp_cache: Default::default(),
         }
     }
 

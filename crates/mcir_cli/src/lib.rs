@@ -107,6 +107,35 @@ enum Command {
         #[arg(long, value_name = "JSON")]
         tangent: String,
     },
+    /// Hessian-vector product of a function returning f64: the value, the gradient, and
+    /// the derivative of the gradient along the tangent (forward over reverse).
+    Hvp {
+        #[command(flatten)]
+        common: Common,
+        /// JSON array of arguments, or @path.json.
+        #[arg(long, value_name = "ARGS")]
+        args: Option<String>,
+        /// JSON array with the direction for each argument (null = zero), or @path.json.
+        #[arg(long, value_name = "JSON")]
+        tangent: String,
+    },
+    /// Dense Jacobian of the returned value with respect to the arguments' differentiable
+    /// scalars (forward or reverse sweeps, by shape).
+    Jacobian {
+        #[command(flatten)]
+        common: Common,
+        /// JSON array of arguments, or @path.json.
+        #[arg(long, value_name = "ARGS")]
+        args: Option<String>,
+    },
+    /// Dense Hessian of a function returning f64, from Hessian-vector products.
+    Hessian {
+        #[command(flatten)]
+        common: Common,
+        /// JSON array of arguments, or @path.json.
+        #[arg(long, value_name = "ARGS")]
+        args: Option<String>,
+    },
     /// Check the derived rule against finite differences (CLI.md `check`).
     Check {
         #[command(flatten)]
@@ -210,7 +239,10 @@ fn run_here(args: Vec<OsString>, stdin: &mut dyn Read) -> Outcome {
             cmd_check(&common, args.as_deref(), &options, json, stdin)
         }
         Command::Bench { common, args, iters } => cmd_bench(&common, args.as_deref(), iters, stdin),
-        Command::Jvp { common, args, tangent } => cmd_jvp(&common, args.as_deref(), &tangent, stdin),
+        Command::Jvp { common, args, tangent } => cmd_jvp(&common, args.as_deref(), &tangent, false, stdin),
+        Command::Jacobian { common, args } => cmd_dense(&common, args.as_deref(), false, stdin),
+        Command::Hessian { common, args } => cmd_dense(&common, args.as_deref(), true, stdin),
+        Command::Hvp { common, args, tangent } => cmd_jvp(&common, args.as_deref(), &tangent, true, stdin),
         Command::Grad { common, args, seed, seed_args } => {
             cmd_grad(&common, args.as_deref(), seed.as_deref(), seed_args.as_deref(), stdin)
         }
@@ -354,14 +386,48 @@ fn cmd_grad(
     result.unwrap_or_else(|o| o)
 }
 
-fn cmd_jvp(common: &Common, args: Option<&str>, tangent: &str, stdin: &mut dyn Read) -> Outcome {
+/// `jacobian`, or `hessian` when `hessian`.
+fn cmd_dense(common: &Common, args: Option<&str>, hessian: bool, stdin: &mut dyn Read) -> Outcome {
+    let result = (|| {
+        let limits = limits(common)?;
+        let program = compile(common, stdin)?;
+        let func = program.entry(common.func.as_deref()).map_err(Outcome::usage)?;
+        let args = read_json_arg("--args", args.unwrap_or("[]"))?;
+        let out = if hessian {
+            program.hessian_json(func, &args, &limits)
+        } else {
+            program.jacobian_json(func, &args, &limits)
+        };
+        match out {
+            Ok(json) => Ok(Outcome::ok(json + "\n")),
+            Err(mcir::GradError::Args(e)) => Err(Outcome::usage(e)),
+            Err(mcir::GradError::Runtime(e)) => Err(Outcome::program(program.render_runtime_error(&e))),
+            Err(mcir::GradError::Derive(e)) => Err(Outcome::program(format!("error: {e}\n"))),
+        }
+    })();
+    result.unwrap_or_else(|o| o)
+}
+
+/// `jvp`, or `hvp` when `hessian`.
+fn cmd_jvp(
+    common: &Common,
+    args: Option<&str>,
+    tangent: &str,
+    hessian: bool,
+    stdin: &mut dyn Read,
+) -> Outcome {
     let result = (|| {
         let limits = limits(common)?;
         let program = compile(common, stdin)?;
         let func = program.entry(common.func.as_deref()).map_err(Outcome::usage)?;
         let args = read_json_arg("--args", args.unwrap_or("[]"))?;
         let tangent = read_json_arg("--tangent", tangent)?;
-        match program.jvp_json(func, &args, &tangent, &limits) {
+        let out = if hessian {
+            program.hvp_json(func, &args, &tangent, &limits)
+        } else {
+            program.jvp_json(func, &args, &tangent, &limits)
+        };
+        match out {
             Ok(json) => Ok(Outcome::ok(json + "\n")),
             Err(mcir::GradError::Args(e)) => Err(Outcome::usage(e)),
             Err(mcir::GradError::Runtime(e)) => Err(Outcome::program(program.render_runtime_error(&e))),
