@@ -241,8 +241,10 @@ impl<'p> Function<'p> {
             function: self.clone(),
             primal: jit.clone(),
             gradient: Some((jit, driver)),
+            tangent: None,
             workspace: mcir_jit::Workspace::new(),
             grad_workspace: mcir_jit::Workspace::new(),
+            tangent_workspace: mcir_jit::Workspace::new(),
         })
     }
 }
@@ -289,14 +291,100 @@ pub struct Prepared<'p> {
     function: Function<'p>,
     primal: mcir_jit::Jit,
     gradient: Option<(mcir_jit::Jit, FuncId)>,
+    tangent: Option<(mcir_jit::Jit, FuncId)>,
     workspace: mcir_jit::Workspace,
     grad_workspace: mcir_jit::Workspace,
+    tangent_workspace: mcir_jit::Workspace,
 }
 
 impl Prepared<'_> {
     /// Bytes of memory the handle keeps for reuse between calls.
     pub fn workspace_bytes(&self) -> usize {
-        self.workspace.capacity_bytes() + self.grad_workspace.capacity_bytes()
+        self.workspace.capacity_bytes()
+            + self.grad_workspace.capacity_bytes()
+            + self.tangent_workspace.capacity_bytes()
+    }
+
+    /// Derives and compiles the tangent function (forward mode) now rather than on the
+    /// first call that needs it.
+    pub fn compile_tangent(&mut self) -> Result<(), ApiError> {
+        if self.tangent.is_none() {
+            let derive = |e: mcir_ad::AdError| ApiError::Derive(e.to_string());
+            let t = mcir_ad::pushforward::tangents(&self.function.program.module, &[self.function.id], 1)
+                .map_err(derive)?;
+            let tf =
+                t.tangent(self.function.id).ok_or_else(|| ApiError::Derive("no tangent function".into()))?;
+            let jit = mcir_jit::Jit::compile_reachable(&t.module, &[tf])
+                .map_err(|e| ApiError::Derive(e.to_string()))?;
+            self.tangent = Some((jit, tf));
+        }
+        Ok(())
+    }
+
+    /// The value of a function returning `f64` and its derivative along `tangents`
+    /// (forward mode): one tangent per parameter with a derivative, in order — an `f64`
+    /// for an `f64`, an array of the argument's shape for an `f64` array. Arrays are
+    /// updated in place: arguments to their state after the call, tangents to the
+    /// tangent of that state.
+    pub fn value_and_derivative<'a>(
+        &mut self,
+        args: &mut [Arg<'a>],
+        tangents: &mut [Arg<'a>],
+    ) -> Result<(f64, f64), ApiError> {
+        let module = &self.function.program.module;
+        let f = &module.funcs[self.function.id];
+        if f.ret != Some(TypeTable::F64) {
+            return Err(ApiError::Signature {
+                function: f.name.clone(),
+                expected: "a function returning f64".into(),
+                found: self.function.signature(),
+            });
+        }
+        // Native code reads a shadow where its primal's index was checked, so each
+        // tangent must have its argument's shape.
+        let differentiable: Vec<usize> =
+            (0..f.params.len()).filter(|&i| has_tangent(&module.types, f.params[i])).collect();
+        if tangents.len() != differentiable.len() || args.len() != f.params.len() {
+            return Err(ApiError::Args(format!(
+                "`{}` takes {} arguments, {} of them with a tangent; {} and {} were given",
+                f.name,
+                f.params.len(),
+                differentiable.len(),
+                args.len(),
+                tangents.len()
+            )));
+        }
+        for (k, (&i, t)) in differentiable.iter().zip(tangents.iter()).enumerate() {
+            let fits = match (&args[i], t) {
+                (Arg::F64(_), Arg::F64(_)) => true,
+                (Arg::F64Array(a, sa), Arg::F64Array(d, sd)) => sa == sd && a.len() == d.len(),
+                _ => false,
+            };
+            if !fits {
+                return Err(ApiError::Args(format!(
+                    "tangent {k} does not fit argument {i}: it needs the same kind and shape"
+                )));
+            }
+        }
+        self.compile_tangent()?;
+        let Some((jit, tf)) = &self.tangent else {
+            return Err(ApiError::Derive("no tangent function".into()));
+        };
+        let mut all: Vec<Arg<'_>> = Vec::with_capacity(args.len() + tangents.len());
+        for a in args.iter_mut().chain(tangents.iter_mut()) {
+            all.push(match a {
+                Arg::F64(x) => Arg::F64(*x),
+                Arg::I64(x) => Arg::I64(*x),
+                Arg::Bool(x) => Arg::Bool(*x),
+                Arg::F64Array(d, s) => Arg::F64Array(d, s),
+                Arg::I64Array(d, s) => Arg::I64Array(d, s),
+            });
+        }
+        let name = f.name.clone();
+        jit.call_raw(&mut self.tangent_workspace, *tf, &mut all, &self.function.limits, |r| {
+            (r.field(0).f64(), r.field(1).f64())
+        })
+        .map_err(|e| raw_error(&name, e))
     }
 
     /// Derives and compiles the gradient now rather than on the first gradient call.

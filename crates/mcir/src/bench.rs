@@ -19,24 +19,32 @@ pub struct BenchReport {
     pub primal_ns: f64,
     /// Median time of one gradient (forward and reverse pass, shadows zeroed), in ns.
     pub gradient_ns: f64,
+    /// Median time of one JVP (forward mode, every input's tangent 1), in ns, for
+    /// functions of scalars and arrays returning `f64`.
+    pub jvp_ns: Option<f64>,
     /// Calls timed of each.
     pub iters: usize,
 }
 
 impl BenchReport {
-    /// `{"compile_ms": C, "primal_ns": P, "gradient_ns": G, "ratio": G/P, "iters": N}`.
+    /// `{"compile_ms": C, "primal_ns": P, "gradient_ns": G, "ratio": G/P, "iters": N}`,
+    /// with `"jvp_ns"` and `"jvp_ratio"` (JVP / primal) where a JVP was timed.
     pub fn to_json(&self) -> String {
         let num = |x: f64| {
             serde_json::Number::from_f64(x).map(serde_json::Value::Number).unwrap_or(serde_json::Value::Null)
         };
-        serde_json::json!({
+        let mut j = serde_json::json!({
             "compile_ms": num(self.compile_ms),
             "primal_ns": num(self.primal_ns),
             "gradient_ns": num(self.gradient_ns),
             "ratio": num(self.gradient_ns / self.primal_ns),
             "iters": self.iters,
-        })
-        .to_string()
+        });
+        if let (Some(t), Some(o)) = (self.jvp_ns, j.as_object_mut()) {
+            o.insert("jvp_ns".into(), num(t));
+            o.insert("jvp_ratio".into(), num(t / self.primal_ns));
+        }
+        j.to_string()
     }
 }
 
@@ -139,9 +147,27 @@ pub fn bench(
     } else {
         function.vjp(&crate::grad::deep_copy_all(&args), seed(&program, id), &[])?;
     }
+    // Forward mode along all-ones tangents, for functions of scalars and arrays.
+    let tangents: Option<Vec<Owned>> = match (&flat, returns_f64) {
+        (Some(flat), true) => Some(
+            flat.iter()
+                .filter_map(|o| match o {
+                    Owned::F64(_) => Some(Owned::F64(1.0)),
+                    Owned::F64s(d, s) => Some(Owned::F64s(vec![1.0; d.len()], s.clone())),
+                    _ => None,
+                })
+                .collect(),
+        ),
+        _ => None,
+    };
+    if let (Some(flat), Some(tangents)) = (&flat, &tangents) {
+        prepared.compile_tangent()?;
+        jvp_once(&mut prepared, flat, tangents)?;
+    }
     let iters = iters.max(1);
     let mut primal = Vec::with_capacity(iters);
     let mut gradient = Vec::with_capacity(iters);
+    let mut jvp = Vec::with_capacity(iters);
     match (&flat, returns_f64) {
         (Some(flat), true) => {
             for _ in 0..iters {
@@ -156,6 +182,9 @@ pub fn bench(
                 let t = Instant::now();
                 gradient_once(&mut prepared, &mut work, &mut grads)?;
                 gradient.push(t.elapsed().as_nanos() as f64);
+                if let Some(tangents) = &tangents {
+                    jvp.push(jvp_once(&mut prepared, flat, tangents)?);
+                }
             }
         }
         _ => {
@@ -171,7 +200,8 @@ pub fn bench(
             }
         }
     }
-    Ok(BenchReport { compile_ms, primal_ns: median(primal), gradient_ns: median(gradient), iters })
+    let jvp_ns = (!jvp.is_empty()).then(|| median(jvp));
+    Ok(BenchReport { compile_ms, primal_ns: median(primal), gradient_ns: median(gradient), jvp_ns, iters })
 }
 
 fn seed(program: &Program, id: mcir_ir::FuncId) -> Option<Value> {
@@ -186,6 +216,17 @@ fn clone_owned(o: &Owned) -> Owned {
         Owned::F64s(d, s) => Owned::F64s(d.clone(), s.clone()),
         Owned::I64s(d, s) => Owned::I64s(d.clone(), s.clone()),
     }
+}
+
+/// One JVP on fresh copies of the arguments and tangents; returns its time in ns.
+fn jvp_once(prepared: &mut crate::Prepared<'_>, flat: &[Owned], tangents: &[Owned]) -> Result<f64, ApiError> {
+    let mut work: Vec<Owned> = flat.iter().map(clone_owned).collect();
+    let mut dwork: Vec<Owned> = tangents.iter().map(clone_owned).collect();
+    let mut lent: Vec<Arg<'_>> = work.iter_mut().map(lend).collect();
+    let mut dlent: Vec<Arg<'_>> = dwork.iter_mut().map(lend).collect();
+    let t = Instant::now();
+    prepared.value_and_derivative(&mut lent, &mut dlent)?;
+    Ok(t.elapsed().as_nanos() as f64)
 }
 
 fn gradient_once(

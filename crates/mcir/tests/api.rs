@@ -127,3 +127,32 @@ fn calls_update_arrays_in_place_and_files_compile() {
     assert_eq!(x.to_f64_vec().unwrap(), vec![3.0, 6.0]);
     assert!(matches!(Program::compile_file("/nonexistent/x.mcir"), Err(ApiError::Io(_))));
 }
+
+/// Forward mode on slices: the value and the derivative along a direction, with array
+/// tangents updated in place; a tangent of the wrong shape is an error before any code
+/// runs.
+#[test]
+fn prepared_forward_mode_on_slices() {
+    let src = "fn f(x: f64[], s: f64, k: i64) -> f64 {\n    x *= s;\n    return sum(x * x) + f64(k);\n}\n";
+    let program = Program::compile("fwd.mcir", src).unwrap();
+    let mut p = program.function("f").unwrap().prepare().unwrap();
+    let (mut x, shape) = (vec![1.0, 2.0, 3.0], vec![3usize]);
+    let (mut dx, dshape) = (vec![1.0, 0.0, -1.0], vec![3usize]);
+    let mut args = [Arg::F64Array(&mut x, &shape), Arg::F64(2.0), Arg::I64(4)];
+    let mut tangents = [Arg::F64Array(&mut dx, &dshape), Arg::F64(0.5)];
+    let (value, derivative) = p.value_and_derivative(&mut args, &mut tangents).unwrap();
+    // f = s² Σx² + k; df = 2 s² Σ x dx + 2 s ds Σx²
+    assert_eq!(value, 4.0 * 14.0 + 4.0);
+    assert_eq!(derivative, 2.0 * 4.0 * (1.0 - 3.0) + 2.0 * 2.0 * 0.5 * 14.0);
+    // x holds s·x, dx its tangent: ds·x + s·dx.
+    assert_eq!(x, vec![2.0, 4.0, 6.0]);
+    assert_eq!(dx, vec![2.5, 1.0, -0.5]);
+
+    let (mut y, yshape) = (vec![1.0, 2.0, 3.0], vec![3usize]);
+    let (mut dy, dyshape) = (vec![1.0, 0.0], vec![2usize]);
+    let mut args = [Arg::F64Array(&mut y, &yshape), Arg::F64(2.0), Arg::I64(4)];
+    let mut tangents = [Arg::F64Array(&mut dy, &dyshape), Arg::F64(0.5)];
+    assert!(matches!(p.value_and_derivative(&mut args, &mut tangents), Err(ApiError::Args(_))));
+    let mut tangents = [Arg::F64(0.5)];
+    assert!(matches!(p.value_and_derivative(&mut args, &mut tangents), Err(ApiError::Args(_))));
+}
