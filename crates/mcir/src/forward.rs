@@ -23,6 +23,26 @@ pub struct Jvp {
     pub args_tangent: Vec<Val>,
 }
 
+/// How an argument takes part in differentiation (the model of DifferentiationInterface).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ArgKind {
+    /// Differentiated: it has a tangent and a cotangent.
+    #[default]
+    Active,
+    /// Not differentiated: in forward mode no tangent and no shadow; its derivative is
+    /// reported as `null`. Writing values that depend on the other arguments into it is
+    /// an error where the transform can see it.
+    Const,
+    /// Scratch space: its contents upon entry must not matter to the result; its shadow
+    /// starts at zero and no derivative is reported (`null`).
+    Cache,
+}
+
+/// The kind of argument `i` (`Active` beyond the list).
+pub(crate) fn kind_of(kinds: &[ArgKind], i: usize) -> ArgKind {
+    kinds.get(i).copied().unwrap_or_default()
+}
+
 /// The compiled JVP of one function, shared by every call that needs it.
 pub(crate) struct JvpRunner {
     tangents: Tangents,
@@ -36,21 +56,30 @@ impl std::fmt::Debug for JvpRunner {
     }
 }
 
-/// The JVP runners of a program, by function and width.
-pub(crate) type JvpCache = Mutex<HashMap<(FuncId, usize), Arc<JvpRunner>>>;
+/// The JVP runners of a program, by function, width and constant arguments.
+pub(crate) type JvpCache = Mutex<HashMap<(FuncId, usize, Vec<bool>), Arc<JvpRunner>>>;
 
 impl Program {
-    fn jvp_runner(&self, func: FuncId, width: usize) -> Result<Arc<JvpRunner>, AdError> {
-        if let Some(r) = self.jvp_cache.lock().ok().and_then(|c| c.get(&(func, width)).cloned()) {
+    fn jvp_runner(&self, func: FuncId, width: usize, constant: &[bool]) -> Result<Arc<JvpRunner>, AdError> {
+        let key = (func, width, constant.to_vec());
+        if let Some(r) = self.jvp_cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
             return Ok(r);
         }
-        let mut tangents = mcir_ad::pushforward::tangents(&self.module, &[func], width)?;
+        let entry = constant.iter().any(|&c| c).then(|| (func, constant.to_vec()));
+        let mut tangents = mcir_ad::pushforward::tangents_with(&self.module, &[func], width, entry)?;
         let driver = mcir_ad::pushforward::jvp_driver(&mut tangents, func)?;
         let runner = Arc::new(JvpRunner { tangents, driver, native: Default::default() });
         if let Ok(mut c) = self.jvp_cache.lock() {
-            c.insert((func, width), runner.clone());
+            c.insert(key, runner.clone());
         }
         Ok(runner)
+    }
+
+    /// The tangent module with the entry's tangent function for constant arguments.
+    pub fn tangent_module_with(&self, func: FuncId, kinds: &[ArgKind]) -> Result<Tangents, AdError> {
+        let constant: Vec<bool> =
+            (0..self.module.funcs[func].params.len()).map(|i| kind_of(kinds, i) == ArgKind::Const).collect();
+        mcir_ad::pushforward::tangents_with(&self.module, &[func], 1, Some((func, constant)))
     }
 
     /// The module with the tangent functions of `func` and what it calls (for printing).
@@ -67,34 +96,63 @@ impl Program {
         tangents: &[Val],
         limits: &Limits,
     ) -> Result<Jvp, GradError> {
+        self.jvp_with(func, args, tangents, &[], limits)
+    }
+
+    /// [`Program::jvp`] with argument kinds (missing ones are active): the tangents
+    /// given for constant and cache arguments are ignored (a cache's is zero), and their
+    /// tangents after the call are reported as `()`.
+    pub fn jvp_with(
+        &self,
+        func: FuncId,
+        args: &[Val],
+        tangents: &[Val],
+        kinds: &[ArgKind],
+        limits: &Limits,
+    ) -> Result<Jvp, GradError> {
         // Native code reads a shadow where its primal's index was checked: shapes must
         // match before the call.
         let f = &self.module.funcs[func];
-        if args.len() != f.params.len() || tangents.len() != f.params.len() {
+        let types = &self.module.types;
+        if args.len() != f.params.len() || tangents.len() != f.params.len() || kinds.len() > f.params.len() {
             return Err(GradError::Args(ArgError {
                 message: format!(
-                    "`{}` takes {} arguments; {} arguments and {} tangents were given",
+                    "`{}` takes {} arguments; {} arguments, {} tangents and {} kinds were given",
                     f.name,
                     f.params.len(),
                     args.len(),
-                    tangents.len()
+                    tangents.len(),
+                    kinds.len()
                 ),
             }));
         }
+        let mut given = Vec::with_capacity(tangents.len());
         for (i, ((&t, x), dx)) in f.params.iter().zip(args).zip(tangents).enumerate() {
-            check_tangent(&self.module.types, t, x, dx, &format!("tangent[{i}]")).map_err(GradError::Args)?;
+            if kind_of(kinds, i) == ArgKind::Active {
+                check_tangent(types, t, x, dx, &format!("tangent[{i}]")).map_err(GradError::Args)?;
+                given.push(dx.clone());
+            } else {
+                given.push(
+                    crate::grad::zero_like(types, t, Some(x), &format!("args[{i}]"))
+                        .map_err(GradError::Args)?,
+                );
+            }
         }
-        let items = self.run_jvp(func, 1, args, tangents, limits)?;
-        let ret = self.module.funcs[func].ret;
+        let constant: Vec<bool> = (0..f.params.len()).map(|i| kind_of(kinds, i) == ArgKind::Const).collect();
+        let items = self.run_jvp_with(func, 1, &constant, args, &given, limits)?;
+        let ret = f.ret;
         Ok(Jvp {
             value: if ret.is_some() { items.first().cloned() } else { None },
             tangent: items.get(1).cloned().unwrap_or(Val::Unit),
-            args_tangent: items.iter().skip(2).cloned().collect(),
+            args_tangent: items
+                .iter()
+                .skip(2)
+                .enumerate()
+                .map(|(i, v)| if kind_of(kinds, i) == ArgKind::Active { v.clone() } else { Val::Unit })
+                .collect(),
         })
     }
 
-    /// Runs the JVP driver of width `width`: `tangents` holds `width` lanes of one tangent
-    /// per argument. Returns `(value, [tangent, args' tangents..] per lane)` flattened.
     pub(crate) fn run_jvp(
         &self,
         func: FuncId,
@@ -103,7 +161,22 @@ impl Program {
         tangents: &[Val],
         limits: &Limits,
     ) -> Result<Vec<Val>, GradError> {
-        let runner = self.jvp_runner(func, width).map_err(GradError::Derive)?;
+        let none = vec![false; self.module.funcs[func].params.len()];
+        self.run_jvp_with(func, width, &none, args, tangents, limits)
+    }
+
+    /// Runs the JVP driver of width `width`: `tangents` holds `width` lanes of one tangent
+    /// per argument. Returns `(value, [tangent, args' tangents..] per lane)` flattened.
+    fn run_jvp_with(
+        &self,
+        func: FuncId,
+        width: usize,
+        constant: &[bool],
+        args: &[Val],
+        tangents: &[Val],
+        limits: &Limits,
+    ) -> Result<Vec<Val>, GradError> {
+        let runner = self.jvp_runner(func, width, constant).map_err(GradError::Derive)?;
         let module = &runner.tangents.module;
         let mut call_args: Vec<Val> = args.to_vec();
         call_args.extend(tangents.iter().cloned());
@@ -137,10 +210,36 @@ impl Program {
         tangent_json: &str,
         limits: &Limits,
     ) -> Result<String, GradError> {
+        self.jvp_json_with(func, args_json, tangent_json, &[], limits)
+    }
+
+    /// [`Program::jvp_json`] with argument kinds: the tangent of a constant or cache
+    /// argument must be `null`, and its `args_tangent` is `null`.
+    pub fn jvp_json_with(
+        &self,
+        func: FuncId,
+        args_json: &str,
+        tangent_json: &str,
+        kinds: &[ArgKind],
+        limits: &Limits,
+    ) -> Result<String, GradError> {
         let module = &self.module;
         let args = crate::json::decode_args(module, func, args_json).map_err(GradError::Args)?;
+        if let Ok(Json::Array(items)) = serde_json::from_str::<Json>(tangent_json) {
+            for (i, item) in items.iter().enumerate() {
+                let kind = kind_of(kinds, i);
+                if kind != ArgKind::Active && !item.is_null() {
+                    let what = if kind == ArgKind::Const { "constant" } else { "a cache" };
+                    return Err(GradError::Args(ArgError {
+                        message: format!(
+                            "--tangent[{i}]: argument {i} is {what}, so its tangent must be null"
+                        ),
+                    }));
+                }
+            }
+        }
         let tangents = decode_tangents(module, func, &args, tangent_json)?;
-        let out = self.jvp(func, &args, &tangents, limits)?;
+        let out = self.jvp_with(func, &args, &tangents, kinds, limits)?;
         Ok(encode_jvp_output(module, func, &out))
     }
 }

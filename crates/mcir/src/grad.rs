@@ -61,6 +61,21 @@ impl Program {
         seed_args: Option<&str>,
         limits: &Limits,
     ) -> Result<String, GradError> {
+        self.grad_json_with(func, args_json, seed, seed_args, &[], limits)
+    }
+
+    /// [`Program::grad_json`] with argument kinds (missing ones are active): constant and
+    /// cache arguments take no seed and report a `null` gradient; a cache's shadow
+    /// starts at zero like every shadow.
+    pub fn grad_json_with(
+        &self,
+        func: FuncId,
+        args_json: &str,
+        seed: Option<&str>,
+        seed_args: Option<&str>,
+        kinds: &[crate::ArgKind],
+        limits: &Limits,
+    ) -> Result<String, GradError> {
         let module = &self.module;
         let f = &module.funcs[func];
         let args = crate::json::decode_args(module, func, args_json).map_err(GradError::Args)?;
@@ -130,6 +145,13 @@ impl Program {
                 if item.is_null() {
                     continue;
                 }
+                if crate::forward::kind_of(kinds, i) != crate::ArgKind::Active {
+                    return Err(GradError::Args(ArgError {
+                        message: format!(
+                            "--seed-args[{i}]: argument {i} is not active, so its seed must be null"
+                        ),
+                    }));
+                }
                 let path = format!("--seed-args[{i}]");
                 let v = decode_tangent(&module.types, t, item, args_after.get(i), &path)
                     .map_err(GradError::Args)?;
@@ -138,7 +160,12 @@ impl Program {
                 }
             }
         }
-        let out = self.vjp(func, &args, seed_val, &seeds, limits)?;
+        let mut out = self.vjp(func, &args, seed_val, &seeds, limits)?;
+        for (i, g) in out.gradient.iter_mut().enumerate() {
+            if crate::forward::kind_of(kinds, i) != crate::ArgKind::Active {
+                *g = Val::Unit;
+            }
+        }
         Ok(encode_grad_output(module, func, &out))
     }
 }

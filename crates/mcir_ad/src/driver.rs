@@ -175,7 +175,12 @@ pub fn vjp_driver(derived: &mut Derived, f: FuncId, seeds: &SeedPattern) -> Resu
 
 /// A fresh zero shadow for the address-identified value `v` of type `t`, mirroring the
 /// structure of what it holds.
-fn zero_shadow(e: &mut Emit, types: &mut TypeTable, t: TypeId, v: Value) -> Result<Value, AdError> {
+pub(crate) fn zero_shadow(
+    e: &mut Emit,
+    types: &mut TypeTable,
+    t: TypeId,
+    v: Value,
+) -> Result<Value, AdError> {
     let sty = tangent_type(types, t);
     match types.get(t).clone() {
         Type::Array { .. } => Ok(e.val(Op::ZerosLike, vec![v], sty)),

@@ -35,6 +35,9 @@ pub struct Tangents {
     pub width: usize,
     /// The tangent function of each function that has one, by the function's id.
     pub of: HashMap<FuncId, FuncId>,
+    /// The entry's tangent function for constant arguments (see [`tangents_with`]): the
+    /// primal, its tangent function, and which parameters are constant.
+    pub entry: Option<(FuncId, FuncId, Vec<bool>)>,
 }
 
 impl Tangents {
@@ -56,7 +59,26 @@ pub fn tangent_name(f: &str, width: usize) -> String {
 /// Adds the tangent function of every function in `roots` and of every function they
 /// call, carrying `width` directions per sweep. The result verifies.
 pub fn tangents(module: &Module, roots: &[FuncId], width: usize) -> Result<Tangents, AdError> {
+    tangents_with(module, roots, width, None)
+}
+
+/// [`tangents`], plus for `entry = (f, constant)` a tangent function of `f` in which the
+/// parameters marked constant have no tangent: no parameter, no shadow, no tangent
+/// code (an internal zero shadow only where a callee needs one). Writing values that
+/// depend on the other arguments straight into a constant argument is an error: their
+/// derivative would be lost.
+pub fn tangents_with(
+    module: &Module,
+    roots: &[FuncId],
+    width: usize,
+    entry: Option<(FuncId, Vec<bool>)>,
+) -> Result<Tangents, AdError> {
     let width = width.max(1);
+    let mut roots = roots.to_vec();
+    if let Some((f, _)) = &entry {
+        roots.push(*f);
+    }
+    let roots = &roots[..];
     let mut module = module.clone();
     // The functions reached from the roots.
     let mut todo: Vec<FuncId> = roots.to_vec();
@@ -79,19 +101,30 @@ pub fn tangents(module: &Module, roots: &[FuncId], width: usize) -> Result<Tange
         if module.func_by_name(&name).is_some() {
             return Err(AdError::internal(&primal.name, format!("`{name}` exists already")));
         }
-        let (params, ret) = tangent_signature(&mut module.types, &module.funcs[f], width);
+        let none = vec![false; module.funcs[f].params.len()];
+        let (params, ret) = tangent_signature(&mut module.types, &module.funcs[f], width, &none);
         let tf = module.add_function(Function::new(&name, &params, ret));
         of.insert(f, tf);
     }
     for &f in &reached {
         let primal = module.funcs[f].clone();
-        let built = build(&mut module, &of, &primal, width)?;
+        let none = vec![false; primal.params.len()];
+        let name = tangent_name(&primal.name, width);
+        let built = build(&mut module, &of, &primal, width, &none, &name)?;
         module.funcs[of[&f]] = crate::dce::remove_dead_code(&built).into_simplified_cfg();
+    }
+    let mut special = None;
+    if let Some((f, constant)) = entry.filter(|(_, c)| c.iter().any(|&k| k)) {
+        let primal = module.funcs[f].clone();
+        let name = format!("{}$const", tangent_name(&primal.name, width));
+        let built = build(&mut module, &of, &primal, width, &constant, &name)?;
+        let tf = module.add_function(crate::dce::remove_dead_code(&built).into_simplified_cfg());
+        special = Some((f, tf, constant));
     }
     if let Err(e) = mcir_ir::verify_module(&module) {
         return Err(AdError::internal(&e.func, format!("the tangent IR does not verify: {}", e.message)));
     }
-    Ok(Tangents { module, width, of })
+    Ok(Tangents { module, width, of, entry: special })
 }
 
 /// The parameters and result of a tangent function.
@@ -99,13 +132,17 @@ fn tangent_signature(
     types: &mut TypeTable,
     primal: &Function,
     width: usize,
+    constant: &[bool],
 ) -> (Vec<(Option<String>, TypeId)>, Option<TypeId>) {
     let names: Vec<Option<String>> =
         primal.param_values().iter().map(|&p| primal.values[p].name.clone()).collect();
     let mut params: Vec<(Option<String>, TypeId)> =
         names.iter().cloned().zip(primal.params.iter().copied()).collect();
     for lane in 0..width {
-        for (name, &t) in names.iter().zip(&primal.params) {
+        for (i, (name, &t)) in names.iter().zip(&primal.params).enumerate() {
+            if constant.get(i).copied().unwrap_or(false) {
+                continue;
+            }
             for leaf in leaves(types, t) {
                 params.push((tangent_value_name(name, lane, width), tangent_type(types, leaf.ty)));
             }
@@ -145,10 +182,12 @@ fn build(
     tans: &HashMap<FuncId, FuncId>,
     primal: &Function,
     width: usize,
+    constant: &[bool],
+    name: &str,
 ) -> Result<Function, AdError> {
     let types = &mut module.types;
-    let (params, ret) = tangent_signature(types, primal, width);
-    let mut func = Function::new(&tangent_name(&primal.name, width), &params, ret);
+    let (params, ret) = tangent_signature(types, primal, width, constant);
+    let mut func = Function::new(name, &params, ret);
     func.span = primal.span;
     let n = primal.values.len();
     let mut b = Builder {
@@ -159,7 +198,7 @@ fn build(
         vmap: vec![None; n],
         tan: vec![vec![Tan::default(); n]; width],
         block_map: Vec::new(),
-        varied: varied_values(types, primal),
+        varied: varied_values(types, primal, constant)?,
     };
     // Blocks and their parameters: primal ones, then per lane each one's leaves.
     for (blk, data) in primal.blocks.iter() {
@@ -172,9 +211,27 @@ fn build(
                 b.vmap[p.index()] = Some(fparams[i]);
             }
             for lane in 0..width {
-                for &p in &data.params {
+                for (i, &p) in data.params.iter().enumerate() {
                     let mut t = Tan::default();
-                    for leaf in leaves(types, primal.value_type(p)) {
+                    let ty = primal.value_type(p);
+                    if constant.get(i).copied().unwrap_or(false) {
+                        // No tangent comes in: a zero one, with zero shadows that only
+                        // stay if a callee needs them.
+                        for leaf in leaves(types, ty) {
+                            match leaf.kind {
+                                LeafKind::Rdata => t.rdata.push(None),
+                                LeafKind::Fdata => {
+                                    let part = crate::forward::primal_extract(
+                                        &mut b.e, types, fparams[i], &leaf.path,
+                                    );
+                                    t.fdata.push(crate::driver::zero_shadow(&mut b.e, types, leaf.ty, part)?);
+                                }
+                            }
+                        }
+                        b.tan[lane][p.index()] = t;
+                        continue;
+                    }
+                    for leaf in leaves(types, ty) {
                         match leaf.kind {
                             LeafKind::Rdata => t.rdata.push(Some(fparams[k])),
                             LeafKind::Fdata => t.fdata.push(fparams[k]),
@@ -861,7 +918,14 @@ fn tangent_ret(types: &mut TypeTable, r: Option<TypeId>, width: usize) -> Option
 /// their address-identified parts are the shadows, updated in place.
 pub fn jvp_driver(t: &mut Tangents, f: FuncId) -> Result<FuncId, AdError> {
     let primal = t.module.funcs[f].clone();
-    let tan_fn = t.tangent(f).ok_or_else(|| AdError::internal(&primal.name, "no tangent function".into()))?;
+    // The entry's tangent function for constant arguments, if there is one for `f`.
+    let (tan_fn, constant) = match &t.entry {
+        Some((ef, tf, c)) if *ef == f => (*tf, c.clone()),
+        _ => (
+            t.tangent(f).ok_or_else(|| AdError::internal(&primal.name, "no tangent function".into()))?,
+            vec![false; primal.params.len()],
+        ),
+    };
     let width = t.width;
     let types = &mut t.module.types;
     let mut params: Vec<(Option<String>, TypeId)> = Vec::new();
@@ -893,6 +957,9 @@ pub fn jvp_driver(t: &mut Tangents, f: FuncId) -> Result<FuncId, AdError> {
     let mut cargs: Vec<Value> = pv[..np].to_vec();
     for lane in 0..width {
         for (i, &ty) in primal.params.iter().enumerate() {
+            if constant.get(i).copied().unwrap_or(false) {
+                continue;
+            }
             let tv = pv[np * (1 + lane) + i];
             for leaf in leaves(types, ty) {
                 cargs.push(tangent_extract(&mut e, types, tv, &leaf.path));
@@ -955,14 +1022,33 @@ pub fn jvp_driver(t: &mut Tangents, f: FuncId) -> Result<FuncId, AdError> {
 /// (into a call, a cell, an aggregate, a join, the result) varies. A value that does not
 /// vary gets no tangent code: besides saving work, this keeps `0 * inf` out of tangents
 /// (`sqrt` of a constant array holding 0).
-fn varied_values(types: &TypeTable, f: &Function) -> Vec<bool> {
+fn varied_values(types: &TypeTable, f: &Function, constant: &[bool]) -> Result<Vec<bool>, AdError> {
     let n = f.values.len();
-    let tracked: Vec<bool> = f.values.values().map(|d| has_tangent(types, d.ty)).collect();
+    let mut is_constant = vec![false; n];
+    for (i, &p) in f.param_values().iter().enumerate() {
+        is_constant[p.index()] = constant.get(i).copied().unwrap_or(false);
+    }
+    // A constant argument's tangent is zero whatever happens to it.
+    let tracked: Vec<bool> =
+        f.values.iter().map(|(v, d)| has_tangent(types, d.ty) && !is_constant[v.index()]).collect();
     let is_addr = |v: Value| tracked[v.index()] && types.is_address(f.value_type(v));
     let mut varied = vec![false; n];
     for &p in f.param_values() {
         varied[p.index()] = tracked[p.index()];
     }
+    let written_constant = |a: Value| -> Result<(), AdError> {
+        if is_constant[a.index()] {
+            let name = f.values[a].name.clone().unwrap_or_else(|| "an argument".into());
+            return Err(AdError {
+                func: f.name.clone(),
+                message: format!(
+                    "`{name}` is constant, but `{}` writes values that depend on the other arguments into it, so their derivative would be lost; make it active",
+                    f.name
+                ),
+            });
+        }
+        Ok(())
+    };
     let zero_derivative = |u: &mcir_ir::FUnOp| {
         matches!(
             u,
@@ -986,12 +1072,14 @@ fn varied_values(types: &TypeTable, f: &Function) -> Vec<bool> {
                     Op::Store | Op::TrustedStore => {
                         if let (Some(&a), Some(&v)) = (d.args.first(), d.args.last()) {
                             if varied[v.index()] {
+                                written_constant(a)?;
                                 mark(a, &mut varied);
                             }
                         }
                     }
                     Op::CopyInto | Op::AddInto | Op::MoveAdd | Op::Axpy => {
                         if any(&varied, &d.args[1..]) {
+                            written_constant(d.args[0])?;
                             mark(d.args[0], &mut varied);
                         }
                     }
@@ -1063,7 +1151,7 @@ fn varied_values(types: &TypeTable, f: &Function) -> Vec<bool> {
             }
         }
         if !changed {
-            return varied;
+            return Ok(varied);
         }
     }
 }

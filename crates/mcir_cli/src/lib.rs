@@ -71,6 +71,46 @@ struct Common {
     max_expr_depth: Option<usize>,
 }
 
+/// Argument kinds for differentiation (DifferentiationInterface's model).
+#[derive(clap::Args, Debug, Default)]
+struct Kinds {
+    /// Treat argument I (from 0) as constant: not differentiated, no shadow, a null
+    /// derivative. Repeatable.
+    #[arg(long = "const", value_name = "I")]
+    constant: Vec<usize>,
+    /// Treat argument I (from 0) as a cache: scratch space whose initial contents do not
+    /// matter; its shadow starts at zero and its derivative is null. Repeatable.
+    #[arg(long = "cache", value_name = "I")]
+    cache: Vec<usize>,
+}
+
+impl Kinds {
+    /// One kind per parameter of a function of `n` parameters.
+    fn resolve(&self, n: usize) -> Result<Vec<mcir::ArgKind>, Outcome> {
+        let mut kinds = vec![mcir::ArgKind::Active; n];
+        for (flag, list, kind) in [
+            ("--const", &self.constant, mcir::ArgKind::Const),
+            ("--cache", &self.cache, mcir::ArgKind::Cache),
+        ] {
+            for &i in list {
+                match kinds.get_mut(i) {
+                    Some(k) if *k == mcir::ArgKind::Active || *k == kind => *k = kind,
+                    Some(_) => {
+                        return Err(Outcome::usage(format!("argument {i} is given both --const and --cache")))
+                    }
+                    None => {
+                        return Err(Outcome::usage(format!(
+                            "{flag} {i}: the function takes {n} argument{}",
+                            if n == 1 { "" } else { "s" }
+                        )))
+                    }
+                }
+            }
+        }
+        Ok(kinds)
+    }
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run a function and print its value and its arguments' state after the call.
@@ -94,6 +134,8 @@ enum Command {
         /// JSON array of cotangents for the arguments' state after the call (null = zero).
         #[arg(long = "seed-args", value_name = "JSON")]
         seed_args: Option<String>,
+        #[command(flatten)]
+        kinds: Kinds,
     },
     /// Jacobian-vector product: the tangent of the value and of every argument's state
     /// after the call, given the arguments' tangents upon entry (forward mode).
@@ -106,6 +148,8 @@ enum Command {
         /// JSON array with the tangent of each argument upon entry (null = zero), or @path.json.
         #[arg(long, value_name = "JSON")]
         tangent: String,
+        #[command(flatten)]
+        kinds: Kinds,
     },
     /// Hessian-vector product of a function returning f64: the value, the gradient, and
     /// the derivative of the gradient along the tangent (forward over reverse).
@@ -177,6 +221,8 @@ enum Command {
         /// Which IR to print.
         #[arg(long, value_enum, default_value = "primal")]
         stage: Stage,
+        #[command(flatten)]
+        kinds: Kinds,
     },
 }
 
@@ -232,19 +278,21 @@ fn run_here(args: Vec<OsString>, stdin: &mut dyn Read) -> Outcome {
     };
     match cli.command {
         Command::Run { common, args } => cmd_run(&common, args.as_deref(), stdin),
-        Command::Ir { common, stage } => cmd_ir(&common, stage, stdin),
+        Command::Ir { common, stage, kinds } => cmd_ir(&common, stage, &kinds, stdin),
         Command::Check { common, args, trials, rtol, seed, json, corrupt_rule } => {
             let options =
                 mcir::CheckOptions { trials, rtol, seed, ad: mcir::AdOptions { corrupt: corrupt_rule } };
             cmd_check(&common, args.as_deref(), &options, json, stdin)
         }
         Command::Bench { common, args, iters } => cmd_bench(&common, args.as_deref(), iters, stdin),
-        Command::Jvp { common, args, tangent } => cmd_jvp(&common, args.as_deref(), &tangent, false, stdin),
+        Command::Jvp { common, args, tangent, kinds } => {
+            cmd_jvp(&common, args.as_deref(), &tangent, Some(&kinds), stdin)
+        }
         Command::Jacobian { common, args } => cmd_dense(&common, args.as_deref(), false, stdin),
         Command::Hessian { common, args } => cmd_dense(&common, args.as_deref(), true, stdin),
-        Command::Hvp { common, args, tangent } => cmd_jvp(&common, args.as_deref(), &tangent, true, stdin),
-        Command::Grad { common, args, seed, seed_args } => {
-            cmd_grad(&common, args.as_deref(), seed.as_deref(), seed_args.as_deref(), stdin)
+        Command::Hvp { common, args, tangent } => cmd_jvp(&common, args.as_deref(), &tangent, None, stdin),
+        Command::Grad { common, args, seed, seed_args, kinds } => {
+            cmd_grad(&common, args.as_deref(), seed.as_deref(), seed_args.as_deref(), &kinds, stdin)
         }
     }
 }
@@ -367,6 +415,7 @@ fn cmd_grad(
     args: Option<&str>,
     seed: Option<&str>,
     seed_args: Option<&str>,
+    kinds: &Kinds,
     stdin: &mut dyn Read,
 ) -> Outcome {
     let result = (|| {
@@ -376,7 +425,8 @@ fn cmd_grad(
         let args = read_json_arg("--args", args.unwrap_or("[]"))?;
         let seed = seed.map(|s| read_json_arg("--seed", s)).transpose()?;
         let seed_args = seed_args.map(|s| read_json_arg("--seed-args", s)).transpose()?;
-        match program.grad_json(func, &args, seed.as_deref(), seed_args.as_deref(), &limits) {
+        let kinds = kinds.resolve(program.module().funcs[func].params.len())?;
+        match program.grad_json_with(func, &args, seed.as_deref(), seed_args.as_deref(), &kinds, &limits) {
             Ok(json) => Ok(Outcome::ok(json + "\n")),
             Err(mcir::GradError::Args(e)) => Err(Outcome::usage(e)),
             Err(mcir::GradError::Runtime(e)) => Err(Outcome::program(program.render_runtime_error(&e))),
@@ -408,12 +458,12 @@ fn cmd_dense(common: &Common, args: Option<&str>, hessian: bool, stdin: &mut dyn
     result.unwrap_or_else(|o| o)
 }
 
-/// `jvp`, or `hvp` when `hessian`.
+/// `jvp` with argument kinds, or `hvp` without.
 fn cmd_jvp(
     common: &Common,
     args: Option<&str>,
     tangent: &str,
-    hessian: bool,
+    kinds: Option<&Kinds>,
     stdin: &mut dyn Read,
 ) -> Outcome {
     let result = (|| {
@@ -422,10 +472,12 @@ fn cmd_jvp(
         let func = program.entry(common.func.as_deref()).map_err(Outcome::usage)?;
         let args = read_json_arg("--args", args.unwrap_or("[]"))?;
         let tangent = read_json_arg("--tangent", tangent)?;
-        let out = if hessian {
-            program.hvp_json(func, &args, &tangent, &limits)
-        } else {
-            program.jvp_json(func, &args, &tangent, &limits)
+        let out = match kinds {
+            None => program.hvp_json(func, &args, &tangent, &limits),
+            Some(k) => {
+                let kinds = k.resolve(program.module().funcs[func].params.len())?;
+                program.jvp_json_with(func, &args, &tangent, &kinds, &limits)
+            }
         };
         match out {
             Ok(json) => Ok(Outcome::ok(json + "\n")),
@@ -517,7 +569,7 @@ fn cmd_check(
     result.unwrap_or_else(|o| o)
 }
 
-fn cmd_ir(common: &Common, stage: Stage, stdin: &mut dyn Read) -> Outcome {
+fn cmd_ir(common: &Common, stage: Stage, kinds: &Kinds, stdin: &mut dyn Read) -> Outcome {
     let result = (|| {
         let program = compile(common, stdin)?;
         let func = match &common.func {
@@ -536,6 +588,18 @@ fn cmd_ir(common: &Common, stage: Stage, stdin: &mut dyn Read) -> Outcome {
         } else {
             None
         };
+        // With constant arguments, the entry's own tangent function.
+        if let (Stage::Tangent, Some(f)) = (stage, func) {
+            let kinds = kinds.resolve(program.module().funcs[f].params.len())?;
+            if kinds.contains(&mcir::ArgKind::Const) {
+                let t = program
+                    .tangent_module_with(f, &kinds)
+                    .map_err(|e| Outcome::program(format!("error: {e}\n")))?;
+                if let Some((_, tf, _)) = &t.entry {
+                    return Ok(Outcome::ok(mcir::ir::print_function(&t.module, &t.module.funcs[*tf])));
+                }
+            }
+        }
         if let (Stage::Tangent, Some(t)) = (stage, &tangents) {
             let texts: Vec<String> = funcs
                 .iter()

@@ -1,0 +1,122 @@
+//! Constant and cache arguments (`--const I`, `--cache I`, `mcir::ArgKind`): a constant
+//! argument gets no tangent, no shadow and a `null` derivative; a cache argument's
+//! initial contents change no result and its derivative is `null`.
+
+// Test code: a failure should stop the test where it happens.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use support::*;
+
+fn scratch() -> String {
+    root().join("tests/arg_kinds/scratch.mcir").to_string_lossy().to_string()
+}
+
+const ENGINES: [&[&str]; 2] = [&[], &["--interp"]];
+
+fn run(words: &[&str], engine: &[&str]) -> String {
+    let mut w = words.to_vec();
+    w.extend(engine);
+    let out = mcc(&w);
+    assert_eq!(out.code, 0, "{words:?}: {}", out.stderr);
+    out.stdout.trim().to_string()
+}
+
+#[test]
+fn a_constant_argument_gets_no_shadow_and_a_null_derivative() {
+    let p = scratch();
+    let args = "[[[1, 2], [3, 4]], [1, -1], [0, 0]]";
+    for engine in ENGINES {
+        assert_eq!(
+            run(&["grad", &p, "--args", args, "--const", "0"], engine),
+            r#"{"value": 2.0, "gradient": [null, [-8.0, -12.0], [0.0, 0.0]]}"#
+        );
+        assert_eq!(
+            run(&["jvp", &p, "--args", args, "--tangent", "[null, [1, 0], null]", "--const", "0"], engine),
+            r#"{"value": 2.0, "tangent": -8.0, "args_tangent": [null, [1.0, 0.0], [1.0, 3.0]]}"#
+        );
+    }
+    // The tangent function for a constant `a` has no tangent parameter for it and makes
+    // no shadow of it.
+    let ir = run(&["ir", &p, "--fn", "main", "--stage", "tangent", "--const", "0"], &[]);
+    let signature = ir.lines().next().unwrap();
+    assert!(
+        signature.starts_with("fn @main$tan$const(%a_0: f64[,], %x_1: f64[], %buf_2: f64[], %dx_"),
+        "{signature}"
+    );
+    assert!(!signature.contains("%da"), "{signature}");
+    assert!(!ir.contains("zeros_like"), "no shadow is made for the constant:\n{ir}");
+    // Without --const, it has one.
+    let ir = run(&["ir", &p, "--fn", "main", "--stage", "tangent"], &[]);
+    assert!(ir.lines().next().unwrap().contains("%da_"), "{ir}");
+}
+
+#[test]
+fn a_cache_argument_does_not_change_any_result() {
+    let p = scratch();
+    let mut outputs = Vec::new();
+    for cache in ["[0, 0]", "[7, -9]", "[1e300, \"NaN\"]"] {
+        let args = format!("[[[1, 2], [3, 4]], [1, -1], {cache}]");
+        for engine in ENGINES {
+            let g = run(&["grad", &p, "--args", &args, "--cache", "2"], engine);
+            let j = run(
+                &[
+                    "jvp",
+                    &p,
+                    "--args",
+                    &args,
+                    "--tangent",
+                    "[[[1, 0], [0, 0]], [1, 0], null]",
+                    "--cache",
+                    "2",
+                ],
+                engine,
+            );
+            outputs.push((g, j));
+        }
+    }
+    assert_eq!(
+        outputs[0].0,
+        r#"{"value": 2.0, "gradient": [[[-2.0, 2.0], [-2.0, 2.0]], [-8.0, -12.0], null]}"#
+    );
+    assert_eq!(
+        outputs[0].1,
+        r#"{"value": 2.0, "tangent": -10.0, "args_tangent": [[[1.0, 0.0], [0.0, 0.0]], [1.0, 0.0], null]}"#
+    );
+    assert!(outputs.iter().all(|o| *o == outputs[0]), "{outputs:#?}");
+}
+
+#[test]
+fn argument_kinds_are_checked() {
+    let p = scratch();
+    let args = "[[[1, 2], [3, 4]], [1, -1], [0, 0]]";
+    for (words, expect) in [
+        (vec!["grad", &p, "--args", args, "--const", "3"], "the function takes 3 arguments"),
+        (vec!["grad", &p, "--args", args, "--const", "1", "--cache", "1"], "both --const and --cache"),
+        (
+            vec!["jvp", &p, "--args", args, "--tangent", "[[[1, 0], [0, 0]], null, null]", "--const", "0"],
+            "is constant",
+        ),
+        (
+            vec!["grad", &p, "--args", args, "--seed-args", "[null, null, [1, 1]]", "--cache", "2"],
+            "not active",
+        ),
+    ] {
+        let out = mcc(&words);
+        assert_eq!(out.code, 2, "{words:?}: {}", out.stderr);
+        assert!(
+            out.stderr.starts_with("error: ") && out.stderr.contains(expect),
+            "{words:?}: {}",
+            out.stderr
+        );
+    }
+    // Writing values that depend on the other arguments into a constant is refused.
+    let text = "fn main(c: f64[], x: f64) -> f64 {\n    c[0] = x;\n    return c[0];\n}\n";
+    let path = std::env::temp_dir().join(format!("mcir-const-{}.mcir", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    let out =
+        mcc(&["jvp", path.to_str().unwrap(), "--args", "[[0], 1]", "--tangent", "[null, 1]", "--const", "0"]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(out.stderr.contains("`c` is constant"), "{}", out.stderr);
+}
