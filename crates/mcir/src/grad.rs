@@ -160,12 +160,7 @@ impl Program {
                 }
             }
         }
-        let mut out = self.vjp(func, &args, seed_val, &seeds, limits)?;
-        for (i, g) in out.gradient.iter_mut().enumerate() {
-            if crate::forward::kind_of(kinds, i) != crate::ArgKind::Active {
-                *g = Val::Unit;
-            }
-        }
+        let out = self.vjp_with(func, &args, seed_val, &seeds, kinds, limits)?;
         Ok(encode_grad_output(module, func, &out))
     }
 }
@@ -319,6 +314,32 @@ impl Program {
             c.insert(key, runner.clone());
         }
         Ok(runner)
+    }
+
+    /// [`Program::vjp`] with argument kinds (missing ones are active): constant and cache
+    /// arguments take no seed and their cotangents are reported as `()`.
+    pub fn vjp_with(
+        &self,
+        func: FuncId,
+        args: &[Val],
+        seed: Option<Val>,
+        seed_args: &[Option<Val>],
+        kinds: &[crate::ArgKind],
+        limits: &Limits,
+    ) -> Result<Vjp, GradError> {
+        let active = |i: usize| crate::forward::kind_of(kinds, i) == crate::ArgKind::Active;
+        if let Some(i) = (0..seed_args.len()).find(|&i| seed_args[i].is_some() && !active(i)) {
+            return Err(GradError::Args(ArgError {
+                message: format!("argument {i} is not active, so it takes no seed"),
+            }));
+        }
+        let mut out = self.vjp(func, args, seed, seed_args, limits)?;
+        for (i, g) in out.gradient.iter_mut().enumerate() {
+            if !active(i) {
+                *g = Val::Unit;
+            }
+        }
+        Ok(out)
     }
 
     /// The VJP of `func` (see [`Differentiated::vjp`]), with the derived code compiled

@@ -120,3 +120,31 @@ fn argument_kinds_are_checked() {
     assert_eq!(out.code, 1, "{}", out.stderr);
     assert!(out.stderr.contains("`c` is constant"), "{}", out.stderr);
 }
+
+/// The same through the Rust API on values.
+#[test]
+fn argument_kinds_in_the_api() {
+    use mcir::{ArgKind, Limits, Program, Val};
+    let text = std::fs::read_to_string(scratch()).unwrap();
+    let p = Program::compile("scratch.mcir", &text).unwrap();
+    let f = p.entry(None).unwrap();
+    let args = || {
+        vec![
+            Val::f64_array(vec![1.0, 2.0, 3.0, 4.0], &[2, 2]).unwrap(),
+            Val::vector(vec![1.0, -1.0]),
+            Val::vector(vec![5.0, 5.0]),
+        ]
+    };
+    let kinds = [ArgKind::Const, ArgKind::Active, ArgKind::Cache];
+    let out = p.vjp_with(f, &args(), Some(Val::F64(1.0)), &[], &kinds, &Limits::default()).unwrap();
+    assert!(matches!(out.gradient[0], Val::Unit) && matches!(out.gradient[2], Val::Unit));
+    assert_eq!(out.gradient[1].to_f64_vec().unwrap(), vec![-8.0, -12.0]);
+    let zero = |v: &Val| {
+        mcir::grad::zero_like(&p.module().types, p.module().funcs[f].params[0], Some(v), "").unwrap()
+    };
+    let a = args();
+    let tangents = vec![zero(&a[0]), Val::vector(vec![1.0, 0.0]), Val::vector(vec![0.0, 0.0])];
+    let out = p.jvp_with(f, &a, &tangents, &kinds, &Limits::default()).unwrap();
+    assert!(matches!(out.tangent, Val::F64(t) if t == -8.0));
+    assert!(matches!(out.args_tangent[0], Val::Unit) && matches!(out.args_tangent[2], Val::Unit));
+}
