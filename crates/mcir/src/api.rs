@@ -342,19 +342,19 @@ impl Prepared<'_> {
         }
         // Native code reads a shadow where its primal's index was checked, so each
         // tangent must have its argument's shape.
-        let differentiable: Vec<usize> =
-            (0..f.params.len()).filter(|&i| has_tangent(&module.types, f.params[i])).collect();
-        if tangents.len() != differentiable.len() || args.len() != f.params.len() {
+        let types = &module.types;
+        let differentiable = || (0..f.params.len()).filter(|&i| has_tangent(types, f.params[i]));
+        let count = differentiable().count();
+        if tangents.len() != count || args.len() != f.params.len() {
             return Err(ApiError::Args(format!(
-                "`{}` takes {} arguments, {} of them with a tangent; {} and {} were given",
+                "`{}` takes {} arguments, {count} of them with a tangent; {} and {} were given",
                 f.name,
                 f.params.len(),
-                differentiable.len(),
                 args.len(),
                 tangents.len()
             )));
         }
-        for (k, (&i, t)) in differentiable.iter().zip(tangents.iter()).enumerate() {
+        for (k, (i, t)) in differentiable().zip(tangents.iter()).enumerate() {
             let fits = match (&args[i], t) {
                 (Arg::F64(_), Arg::F64(_)) => true,
                 (Arg::F64Array(a, sa), Arg::F64Array(d, sd)) => sa == sd && a.len() == d.len(),
@@ -370,16 +370,7 @@ impl Prepared<'_> {
         let Some((jit, tf)) = &self.tangent else {
             return Err(ApiError::Derive("no tangent function".into()));
         };
-        let mut all: Vec<Arg<'_>> = Vec::with_capacity(args.len() + tangents.len());
-        for a in args.iter_mut().chain(tangents.iter_mut()) {
-            all.push(match a {
-                Arg::F64(x) => Arg::F64(*x),
-                Arg::I64(x) => Arg::I64(*x),
-                Arg::Bool(x) => Arg::Bool(*x),
-                Arg::F64Array(d, s) => Arg::F64Array(d, s),
-                Arg::I64Array(d, s) => Arg::I64Array(d, s),
-            });
-        }
+        let mut all: Vec<Arg<'_>> = args.iter_mut().chain(tangents.iter_mut()).map(reborrow).collect();
         let name = f.name.clone();
         jit.call_raw(&mut self.tangent_workspace, *tf, &mut all, &self.function.limits, |r| {
             (r.field(0).f64(), r.field(1).f64())
@@ -444,15 +435,7 @@ impl Prepared<'_> {
         let params = f.params.clone();
         // The driver takes the arguments, then the result's cotangent.
         let mut all: Vec<Arg<'_>> = Vec::with_capacity(args.len() + 1);
-        for a in args.iter_mut() {
-            all.push(match a {
-                Arg::F64(x) => Arg::F64(*x),
-                Arg::I64(x) => Arg::I64(*x),
-                Arg::Bool(x) => Arg::Bool(*x),
-                Arg::F64Array(d, s) => Arg::F64Array(d, s),
-                Arg::I64Array(d, s) => Arg::I64Array(d, s),
-            });
-        }
+        all.extend(args.iter_mut().map(reborrow));
         all.push(Arg::F64(1.0));
         let name = f.name.clone();
         let mut bad = None;
@@ -484,6 +467,17 @@ impl Prepared<'_> {
             Some(m) => Err(ApiError::Args(m)),
             None => Ok(value),
         }
+    }
+}
+
+/// An argument lent again for the length of one call (arrays stay updated in place).
+fn reborrow<'b>(a: &'b mut Arg<'_>) -> Arg<'b> {
+    match a {
+        Arg::F64(x) => Arg::F64(*x),
+        Arg::I64(x) => Arg::I64(*x),
+        Arg::Bool(x) => Arg::Bool(*x),
+        Arg::F64Array(d, s) => Arg::F64Array(d, s),
+        Arg::I64Array(d, s) => Arg::I64Array(d, s),
     }
 }
 

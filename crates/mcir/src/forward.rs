@@ -2,14 +2,14 @@
 //! tangents in and out as runtime values or JSON (CLI.md `jvp`).
 
 use crate::error::{ArgError, GradError};
-use crate::grad::{decode_forward_tangent, write_tangent, AdError};
+use crate::grad::{decode_forward_tangent, write_tangent, AdError, DriverRunner};
 use crate::Program;
 use mcir_ad::pushforward::Tangents;
 use mcir_interp::{Limits, Val};
 use mcir_ir::{FuncId, Module};
 use serde_json::Value as Json;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 /// What a JVP computes: the function's value, its tangent, and the tangent of every
 /// argument's state after the call (values of tangent type; `()` where there is none).
@@ -43,24 +43,16 @@ pub(crate) fn kind_of(kinds: &[ArgKind], i: usize) -> ArgKind {
     kinds.get(i).copied().unwrap_or_default()
 }
 
-/// The compiled JVP of one function, shared by every call that needs it.
-pub(crate) struct JvpRunner {
-    tangents: Tangents,
-    driver: FuncId,
-    native: OnceLock<Result<mcir_jit::Jit, mcir_jit::JitError>>,
-}
-
-impl std::fmt::Debug for JvpRunner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "JvpRunner(@{})", self.tangents.module.funcs[self.driver].name)
-    }
-}
-
 /// The JVP runners of a program, by function, width and constant arguments.
-pub(crate) type JvpCache = Mutex<HashMap<(FuncId, usize, Vec<bool>), Arc<JvpRunner>>>;
+pub(crate) type JvpCache = Mutex<HashMap<(FuncId, usize, Vec<bool>), Arc<DriverRunner>>>;
 
 impl Program {
-    fn jvp_runner(&self, func: FuncId, width: usize, constant: &[bool]) -> Result<Arc<JvpRunner>, AdError> {
+    fn jvp_runner(
+        &self,
+        func: FuncId,
+        width: usize,
+        constant: &[bool],
+    ) -> Result<Arc<DriverRunner>, AdError> {
         let key = (func, width, constant.to_vec());
         if let Some(r) = self.jvp_cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
             return Ok(r);
@@ -68,7 +60,7 @@ impl Program {
         let entry = constant.iter().any(|&c| c).then(|| (func, constant.to_vec()));
         let mut tangents = mcir_ad::pushforward::tangents_with(&self.module, &[func], width, entry)?;
         let driver = mcir_ad::pushforward::jvp_driver(&mut tangents, func)?;
-        let runner = Arc::new(JvpRunner { tangents, driver, native: Default::default() });
+        let runner = Arc::new(DriverRunner::new(tangents.module, driver));
         if let Ok(mut c) = self.jvp_cache.lock() {
             c.insert(key, runner.clone());
         }
@@ -110,34 +102,8 @@ impl Program {
         kinds: &[ArgKind],
         limits: &Limits,
     ) -> Result<Jvp, GradError> {
-        // Native code reads a shadow where its primal's index was checked: shapes must
-        // match before the call.
+        let given = tangents_to_pass(&self.module, func, args, tangents, kinds)?;
         let f = &self.module.funcs[func];
-        let types = &self.module.types;
-        if args.len() != f.params.len() || tangents.len() != f.params.len() || kinds.len() > f.params.len() {
-            return Err(GradError::Args(ArgError {
-                message: format!(
-                    "`{}` takes {} arguments; {} arguments, {} tangents and {} kinds were given",
-                    f.name,
-                    f.params.len(),
-                    args.len(),
-                    tangents.len(),
-                    kinds.len()
-                ),
-            }));
-        }
-        let mut given = Vec::with_capacity(tangents.len());
-        for (i, ((&t, x), dx)) in f.params.iter().zip(args).zip(tangents).enumerate() {
-            if kind_of(kinds, i) == ArgKind::Active {
-                check_tangent(types, t, x, dx, &format!("tangent[{i}]")).map_err(GradError::Args)?;
-                given.push(dx.clone());
-            } else {
-                given.push(
-                    crate::grad::zero_like(types, t, Some(x), &format!("args[{i}]"))
-                        .map_err(GradError::Args)?,
-                );
-            }
-        }
         let constant: Vec<bool> = (0..f.params.len()).map(|i| kind_of(kinds, i) == ArgKind::Const).collect();
         let items = self.run_jvp_with(func, 1, &constant, args, &given, limits)?;
         let ret = f.ret;
@@ -177,27 +143,9 @@ impl Program {
         limits: &Limits,
     ) -> Result<Vec<Val>, GradError> {
         let runner = self.jvp_runner(func, width, constant).map_err(GradError::Derive)?;
-        let module = &runner.tangents.module;
         let mut call_args: Vec<Val> = args.to_vec();
         call_args.extend(tangents.iter().cloned());
-        let out = match self.engine {
-            crate::Engine::Interpreter => {
-                mcir_interp::Interpreter::new(module, limits.clone()).call(runner.driver, call_args)
-            }
-            crate::Engine::Jit => {
-                let jit = runner
-                    .native
-                    .get_or_init(|| mcir_jit::Jit::compile_reachable(module, &[runner.driver]))
-                    .as_ref()
-                    .map_err(|e| GradError::Runtime(crate::native_error(e.clone())))?;
-                jit.call(runner.driver, &call_args, limits)
-            }
-        }
-        .map_err(GradError::Runtime)?;
-        match out {
-            Some(Val::Agg(items)) => Ok(items.to_vec()),
-            _ => Err(GradError::Runtime(crate::grad::internal_error("the JVP driver returned no tuple"))),
-        }
+        runner.run(self.engine, call_args, limits)
     }
 
     /// `mcc jvp`: the value, its tangent and the tangent of every argument's state after
@@ -225,23 +173,49 @@ impl Program {
     ) -> Result<String, GradError> {
         let module = &self.module;
         let args = crate::json::decode_args(module, func, args_json).map_err(GradError::Args)?;
-        if let Ok(Json::Array(items)) = serde_json::from_str::<Json>(tangent_json) {
-            for (i, item) in items.iter().enumerate() {
-                let kind = kind_of(kinds, i);
-                if kind != ArgKind::Active && !item.is_null() {
-                    let what = if kind == ArgKind::Const { "constant" } else { "a cache" };
-                    return Err(GradError::Args(ArgError {
-                        message: format!(
-                            "--tangent[{i}]: argument {i} is {what}, so its tangent must be null"
-                        ),
-                    }));
-                }
-            }
-        }
-        let tangents = decode_tangents(module, func, &args, tangent_json)?;
+        let tangents = decode_tangents(module, func, &args, tangent_json, kinds)?;
         let out = self.jvp_with(func, &args, &tangents, kinds, limits)?;
         Ok(encode_jvp_output(module, func, &out))
     }
+}
+
+/// Checks `tangents` against the arguments `args` of `func` — counts, and each active
+/// tangent's structure and shapes, since native code reads a shadow where its primal's
+/// index was checked — and returns the tangents to pass: zeros for constant and cache
+/// arguments.
+fn tangents_to_pass(
+    module: &Module,
+    func: FuncId,
+    args: &[Val],
+    tangents: &[Val],
+    kinds: &[ArgKind],
+) -> Result<Vec<Val>, GradError> {
+    let f = &module.funcs[func];
+    let types = &module.types;
+    if args.len() != f.params.len() || tangents.len() != f.params.len() || kinds.len() > f.params.len() {
+        return Err(GradError::Args(ArgError {
+            message: format!(
+                "`{}` takes {} arguments; {} arguments, {} tangents and {} kinds were given",
+                f.name,
+                f.params.len(),
+                args.len(),
+                tangents.len(),
+                kinds.len()
+            ),
+        }));
+    }
+    let mut given = Vec::with_capacity(tangents.len());
+    for (i, ((&t, x), dx)) in f.params.iter().zip(args).zip(tangents).enumerate() {
+        if kind_of(kinds, i) == ArgKind::Active {
+            check_tangent(types, t, x, dx, &format!("tangent[{i}]")).map_err(GradError::Args)?;
+            given.push(dx.clone());
+        } else {
+            given.push(
+                crate::grad::zero_like(types, t, Some(x), &format!("args[{i}]")).map_err(GradError::Args)?,
+            );
+        }
+    }
+    Ok(given)
 }
 
 /// Checks that `dx` is a tangent of `x`, a value of type `t`: the tangent type's
@@ -344,24 +318,11 @@ pub struct Hvp {
     pub hvp: Vec<Val>,
 }
 
-/// The compiled HVP of one function: forward mode over its VJP driver.
-pub(crate) struct HvpRunner {
-    tangents: Tangents,
-    driver: FuncId,
-    native: OnceLock<Result<mcir_jit::Jit, mcir_jit::JitError>>,
-}
-
-impl std::fmt::Debug for HvpRunner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "HvpRunner(@{})", self.tangents.module.funcs[self.driver].name)
-    }
-}
-
 /// The HVP runners of a program, by function.
-pub(crate) type HvpCache = Mutex<HashMap<FuncId, Arc<HvpRunner>>>;
+pub(crate) type HvpCache = Mutex<HashMap<FuncId, Arc<DriverRunner>>>;
 
 impl Program {
-    fn hvp_runner(&self, func: FuncId) -> Result<Arc<HvpRunner>, AdError> {
+    fn hvp_runner(&self, func: FuncId) -> Result<Arc<DriverRunner>, AdError> {
         if let Some(r) = self.hvp_cache.lock().ok().and_then(|c| c.get(&func).cloned()) {
             return Ok(r);
         }
@@ -370,7 +331,7 @@ impl Program {
         let vjp = mcir_ad::vjp_driver(&mut derived, func, &mcir_ad::SeedPattern { args: pattern })?;
         let mut tangents = mcir_ad::pushforward::tangents(&derived.module, &[vjp], 1)?;
         let driver = mcir_ad::pushforward::jvp_driver(&mut tangents, vjp)?;
-        let runner = Arc::new(HvpRunner { tangents, driver, native: Default::default() });
+        let runner = Arc::new(DriverRunner::new(tangents.module, driver));
         if let Ok(mut c) = self.hvp_cache.lock() {
             c.insert(func, runner.clone());
         }
@@ -393,38 +354,17 @@ impl Program {
                 message: format!("a Hessian needs a function returning f64; `{}` does not", f.name),
             }));
         }
-        if args.len() != f.params.len() || direction.len() != f.params.len() {
-            return Err(GradError::Args(ArgError {
-                message: format!("`{}` takes {} arguments and as many tangents", f.name, f.params.len()),
-            }));
-        }
-        for (i, ((&t, x), dx)) in f.params.iter().zip(args).zip(direction).enumerate() {
-            check_tangent(&self.module.types, t, x, dx, &format!("tangent[{i}]")).map_err(GradError::Args)?;
-        }
+        let direction = tangents_to_pass(&self.module, func, args, direction, &[])?;
         let runner = self.hvp_runner(func).map_err(GradError::Derive)?;
-        let module = &runner.tangents.module;
         // (x.., seed = 1, tx.., tseed = 0)
         let mut call_args: Vec<Val> = args.to_vec();
         call_args.push(Val::F64(1.0));
-        call_args.extend(direction.iter().cloned());
+        call_args.extend(direction);
         call_args.push(Val::F64(0.0));
-        let out = match self.engine {
-            crate::Engine::Interpreter => {
-                mcir_interp::Interpreter::new(module, limits.clone()).call(runner.driver, call_args)
-            }
-            crate::Engine::Jit => {
-                let jit = runner
-                    .native
-                    .get_or_init(|| mcir_jit::Jit::compile_reachable(module, &[runner.driver]))
-                    .as_ref()
-                    .map_err(|e| GradError::Runtime(crate::native_error(e.clone())))?;
-                jit.call(runner.driver, &call_args, limits)
-            }
-        }
-        .map_err(GradError::Runtime)?;
-        let shape_error =
-            || GradError::Runtime(crate::grad::internal_error("the HVP driver returned no tuple"));
-        let Some(Val::Agg(items)) = out else { return Err(shape_error()) };
+        let items = runner.run(self.engine, call_args, limits)?;
+        let shape_error = || {
+            GradError::Runtime(crate::grad::internal_error("the HVP driver returned no value and gradient"))
+        };
         // items: (value, gradients..), its tangent (tvalue, hvp..), the arguments' tangents.
         let (Some(Val::Agg(primal)), Some(Val::Agg(tangent))) = (items.first(), items.get(1)) else {
             return Err(shape_error());
@@ -451,7 +391,7 @@ impl Program {
     ) -> Result<String, GradError> {
         let module = &self.module;
         let args = crate::json::decode_args(module, func, args_json).map_err(GradError::Args)?;
-        let direction = decode_tangents(module, func, &args, tangent_json)?;
+        let direction = decode_tangents(module, func, &args, tangent_json, &[])?;
         let out = self.hvp(func, &args, &direction, limits)?;
         let f = &module.funcs[func];
         let mut s = String::from("{\"value\": ");
@@ -471,12 +411,14 @@ impl Program {
     }
 }
 
-/// Decodes `--tangent`: a JSON array with one tangent per argument of `func`.
+/// Decodes `--tangent`: a JSON array with one tangent per argument of `func`, `null`
+/// for constant and cache arguments.
 fn decode_tangents(
     module: &Module,
     func: FuncId,
     args: &[Val],
     tangent_json: &str,
+    kinds: &[ArgKind],
 ) -> Result<Vec<Val>, GradError> {
     let f = &module.funcs[func];
     let j: Json = serde_json::from_str(tangent_json)
@@ -498,6 +440,13 @@ fn decode_tangents(
     }
     let mut tangents = Vec::new();
     for (i, (item, &t)) in items.iter().zip(&f.params).enumerate() {
+        let kind = kind_of(kinds, i);
+        if kind != ArgKind::Active && !item.is_null() {
+            let what = if kind == ArgKind::Const { "constant" } else { "a cache" };
+            return Err(GradError::Args(ArgError {
+                message: format!("--tangent[{i}]: argument {i} is {what}, so its tangent must be null"),
+            }));
+        }
         let path = format!("--tangent[{i}]");
         tangents.push(
             decode_forward_tangent(&module.types, t, item, args.get(i), &path).map_err(GradError::Args)?,

@@ -283,33 +283,73 @@ impl Differentiated {
     }
 }
 
-/// A compiled VJP for one function and one pattern of seeded arguments, shared by every
-/// call (and thread) that needs it.
-pub(crate) struct VjpRunner {
+/// A driver function of a derived module (a VJP, JVP or HVP driver), compiled to native
+/// code on first use and shared by every call (and thread) that needs it.
+pub(crate) struct DriverRunner {
     module: Module,
     driver: FuncId,
     native: std::sync::OnceLock<Result<mcir_jit::Jit, mcir_jit::JitError>>,
 }
 
-impl std::fmt::Debug for VjpRunner {
+impl std::fmt::Debug for DriverRunner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "VjpRunner(@{})", self.module.funcs[self.driver].name)
+        write!(f, "DriverRunner(@{})", self.module.funcs[self.driver].name)
+    }
+}
+
+impl DriverRunner {
+    pub(crate) fn new(module: Module, driver: FuncId) -> DriverRunner {
+        DriverRunner { module, driver, native: Default::default() }
+    }
+
+    /// The derived module the driver is in.
+    pub(crate) fn module(&self) -> &Module {
+        &self.module
+    }
+
+    /// Runs the driver on `engine`; it returns a tuple, whose items come back.
+    pub(crate) fn run(
+        &self,
+        engine: crate::Engine,
+        args: Vec<Val>,
+        limits: &Limits,
+    ) -> Result<Vec<Val>, GradError> {
+        let out = match engine {
+            crate::Engine::Interpreter => {
+                mcir_interp::Interpreter::new(&self.module, limits.clone()).call(self.driver, args)
+            }
+            crate::Engine::Jit => {
+                let jit = self
+                    .native
+                    .get_or_init(|| mcir_jit::Jit::compile_reachable(&self.module, &[self.driver]))
+                    .as_ref()
+                    .map_err(|e| GradError::Runtime(crate::native_error(e.clone())))?;
+                jit.call(self.driver, &args, limits)
+            }
+        }
+        .map_err(GradError::Runtime)?;
+        match out {
+            Some(Val::Agg(items)) => Ok(items.to_vec()),
+            _ => Err(GradError::Runtime(internal_error(&format!(
+                "`{}` returned no tuple",
+                self.module.funcs[self.driver].name
+            )))),
+        }
     }
 }
 
 /// The VJP runners of a program, by function and seed pattern.
-pub(crate) type VjpCache = std::sync::Mutex<HashMap<(FuncId, Vec<bool>), std::sync::Arc<VjpRunner>>>;
+pub(crate) type VjpCache = std::sync::Mutex<HashMap<(FuncId, Vec<bool>), std::sync::Arc<DriverRunner>>>;
 
 impl Program {
-    fn vjp_runner(&self, func: FuncId, pattern: Vec<bool>) -> Result<std::sync::Arc<VjpRunner>, AdError> {
+    fn vjp_runner(&self, func: FuncId, pattern: Vec<bool>) -> Result<std::sync::Arc<DriverRunner>, AdError> {
         let key = (func, pattern);
         if let Some(r) = self.vjp_cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
             return Ok(r);
         }
         let mut derived = mcir_ad::derive(&self.module, &AdOptions::default())?;
         let driver = mcir_ad::vjp_driver(&mut derived, func, &SeedPattern { args: key.1.clone() })?;
-        let runner =
-            std::sync::Arc::new(VjpRunner { module: derived.module, driver, native: Default::default() });
+        let runner = std::sync::Arc::new(DriverRunner::new(derived.module, driver));
         if let Ok(mut c) = self.vjp_cache.lock() {
             c.insert(key, runner.clone());
         }
@@ -354,7 +394,7 @@ impl Program {
     ) -> Result<Vjp, GradError> {
         let pattern: Vec<bool> = (0..args.len()).map(|i| matches!(seed_args.get(i), Some(Some(_)))).collect();
         let runner = self.vjp_runner(func, pattern).map_err(GradError::Derive)?;
-        let module = &runner.module;
+        let module = runner.module();
         let ret = module.funcs[func].ret;
         let mut call_args: Vec<Val> = args.to_vec();
         if let Some(r) = ret {
@@ -363,23 +403,7 @@ impl Program {
             }
         }
         call_args.extend(seed_args.iter().flatten().cloned());
-        let out = match self.engine {
-            crate::Engine::Interpreter => {
-                mcir_interp::Interpreter::new(module, limits.clone()).call(runner.driver, call_args)
-            }
-            crate::Engine::Jit => {
-                let jit = runner
-                    .native
-                    .get_or_init(|| mcir_jit::Jit::compile_reachable(module, &[runner.driver]))
-                    .as_ref()
-                    .map_err(|e| GradError::Runtime(crate::native_error(e.clone())))?;
-                jit.call(runner.driver, &call_args, limits)
-            }
-        }
-        .map_err(GradError::Runtime)?;
-        let Some(Val::Agg(items)) = out else {
-            return Err(GradError::Runtime(internal_error("the VJP driver returned no tuple")));
-        };
+        let items = runner.run(self.engine, call_args, limits)?;
         let value = if ret.is_some() { items.first().cloned() } else { None };
         Ok(Vjp { value, gradient: items.iter().skip(1).cloned().collect() })
     }

@@ -698,24 +698,10 @@ impl Builder<'_> {
                 let sty = tangent_type(types, rt);
                 shadow(self.e.val(Op::StackNew, vec![], sty))
             }
-            Op::TupleNew => {
-                let mut out = Tan::default();
-                for &x in pa {
-                    let t = self.t(lane, x);
-                    out.rdata.extend(t.rdata);
-                    out.fdata.extend(t.fdata);
-                }
-                Some(out)
-            }
+            Op::TupleNew => Some(self.fields_tangent(lane, pa)),
             Op::StructNew(s) => {
                 if !types.struct_def(*s).mutable {
-                    let mut out = Tan::default();
-                    for &x in pa {
-                        let t = self.t(lane, x);
-                        out.rdata.extend(t.rdata);
-                        out.fdata.extend(t.fdata);
-                    }
-                    return Ok(Some(out));
+                    return Ok(Some(self.fields_tangent(lane, pa)));
                 }
                 let Some(rt) = rty.filter(|&t| has_tangent(types, t)) else { return Ok(None) };
                 let ss = shadow_struct(types, *s)?;
@@ -789,6 +775,17 @@ impl Builder<'_> {
         } else {
             self.ds(lane, x).map(Some)
         }
+    }
+
+    /// The tangent of a tuple or value struct made of `fields`: their leaves, in order.
+    fn fields_tangent(&self, lane: usize, fields: &[Value]) -> Tan {
+        let mut out = Tan::default();
+        for &x in fields {
+            let t = self.t(lane, x);
+            out.rdata.extend(t.rdata);
+            out.fdata.extend(t.fdata);
+        }
+        out
     }
 
     /// How many instructions the current block holds.

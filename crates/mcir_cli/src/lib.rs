@@ -426,12 +426,10 @@ fn cmd_grad(
         let seed = seed.map(|s| read_json_arg("--seed", s)).transpose()?;
         let seed_args = seed_args.map(|s| read_json_arg("--seed-args", s)).transpose()?;
         let kinds = kinds.resolve(program.module().funcs[func].params.len())?;
-        match program.grad_json_with(func, &args, seed.as_deref(), seed_args.as_deref(), &kinds, &limits) {
-            Ok(json) => Ok(Outcome::ok(json + "\n")),
-            Err(mcir::GradError::Args(e)) => Err(Outcome::usage(e)),
-            Err(mcir::GradError::Runtime(e)) => Err(Outcome::program(program.render_runtime_error(&e))),
-            Err(mcir::GradError::Derive(e)) => Err(Outcome::program(format!("error: {e}\n"))),
-        }
+        derivative_outcome(
+            &program,
+            program.grad_json_with(func, &args, seed.as_deref(), seed_args.as_deref(), &kinds, &limits),
+        )
     })();
     result.unwrap_or_else(|o| o)
 }
@@ -448,12 +446,7 @@ fn cmd_dense(common: &Common, args: Option<&str>, hessian: bool, stdin: &mut dyn
         } else {
             program.jacobian_json(func, &args, &limits)
         };
-        match out {
-            Ok(json) => Ok(Outcome::ok(json + "\n")),
-            Err(mcir::GradError::Args(e)) => Err(Outcome::usage(e)),
-            Err(mcir::GradError::Runtime(e)) => Err(Outcome::program(program.render_runtime_error(&e))),
-            Err(mcir::GradError::Derive(e)) => Err(Outcome::program(format!("error: {e}\n"))),
-        }
+        derivative_outcome(&program, out)
     })();
     result.unwrap_or_else(|o| o)
 }
@@ -479,14 +472,22 @@ fn cmd_jvp(
                 program.jvp_json_with(func, &args, &tangent, &kinds, &limits)
             }
         };
-        match out {
-            Ok(json) => Ok(Outcome::ok(json + "\n")),
-            Err(mcir::GradError::Args(e)) => Err(Outcome::usage(e)),
-            Err(mcir::GradError::Runtime(e)) => Err(Outcome::program(program.render_runtime_error(&e))),
-            Err(mcir::GradError::Derive(e)) => Err(Outcome::program(format!("error: {e}\n"))),
-        }
+        derivative_outcome(&program, out)
     })();
     result.unwrap_or_else(|o| o)
+}
+
+/// The outcome of a derivative command: its JSON, or the error with its exit status.
+fn derivative_outcome(
+    program: &mcir::Program,
+    out: Result<String, mcir::GradError>,
+) -> Result<Outcome, Outcome> {
+    match out {
+        Ok(json) => Ok(Outcome::ok(json + "\n")),
+        Err(mcir::GradError::Args(e)) => Err(Outcome::usage(e)),
+        Err(mcir::GradError::Runtime(e)) => Err(Outcome::program(program.render_runtime_error(&e))),
+        Err(mcir::GradError::Derive(e)) => Err(Outcome::program(format!("error: {e}\n"))),
+    }
 }
 
 fn cmd_bench(common: &Common, args: Option<&str>, iters: usize, stdin: &mut dyn Read) -> Outcome {

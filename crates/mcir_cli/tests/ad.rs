@@ -146,6 +146,21 @@ fn the_corpus_passes_the_checker() {
     assert!(failures.is_empty(), "{} programs fail the checker:\n{}", failures.len(), failures.join("\n"));
 }
 
+/// Why `module` does not print, re-parse, verify and print the same, if it does not.
+fn round_trip_failure(name: &str, what: &str, module: &mcir::Module) -> Option<String> {
+    let text = mcir::ir::print_module(module);
+    match mcir::ir::parse_module(&text) {
+        Ok(m) => match mcir::ir::verify_module(&m) {
+            Err(e) => Some(format!("{name}: re-parsed {what} IR does not verify: {e}")),
+            Ok(()) if mcir::ir::print_module(&m) != text => {
+                Some(format!("{name}: {what} IR changes through print -> parse -> print"))
+            }
+            Ok(()) => None,
+        },
+        Err(e) => Some(format!("{name}: {what} IR does not parse: {e}")),
+    }
+}
+
 #[test]
 fn derived_passes_are_snapshotted_and_reparse() {
     let mut failures = Vec::new();
@@ -164,17 +179,7 @@ fn derived_passes_are_snapshotted_and_reparse() {
                 }
             };
             // The whole derived module prints, re-parses, verifies and prints the same.
-            let text_all = mcir::ir::print_module(d.module());
-            match mcir::ir::parse_module(&text_all) {
-                Ok(m) => {
-                    if let Err(e) = mcir::ir::verify_module(&m) {
-                        failures.push(format!("{name}: re-parsed derived IR does not verify: {e}"));
-                    } else if mcir::ir::print_module(&m) != text_all {
-                        failures.push(format!("{name}: derived IR changes through print -> parse -> print"));
-                    }
-                }
-                Err(e) => failures.push(format!("{name}: derived IR does not parse: {e}")),
-            }
+            failures.extend(round_trip_failure(&name, "derived", d.module()));
             if dir == "check" {
                 let ir = format!("{}\n{}", d.pass_text(func, false), d.pass_text(func, true));
                 snapshot_settings("derived").bind(|| insta::assert_snapshot!(name.clone(), ir));
@@ -205,17 +210,7 @@ fn tangent_functions_are_snapshotted_and_reparse() {
                     continue;
                 }
             };
-            let text_all = mcir::ir::print_module(&t.module);
-            match mcir::ir::parse_module(&text_all) {
-                Ok(m) => {
-                    if let Err(e) = mcir::ir::verify_module(&m) {
-                        failures.push(format!("{name}: re-parsed tangent IR does not verify: {e}"));
-                    } else if mcir::ir::print_module(&m) != text_all {
-                        failures.push(format!("{name}: tangent IR changes through print -> parse -> print"));
-                    }
-                }
-                Err(e) => failures.push(format!("{name}: tangent IR does not parse: {e}")),
-            }
+            failures.extend(round_trip_failure(&name, "tangent", &t.module));
             if dir == "check" {
                 let tf = t.tangent(func).unwrap();
                 let ir = mcir::ir::print_function(&t.module, &t.module.funcs[tf]);
