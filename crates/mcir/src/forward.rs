@@ -119,16 +119,21 @@ impl Program {
         })
     }
 
-    pub(crate) fn run_jvp(
+    /// Runs the JVP driver of width `width` with argument kinds: constants are not
+    /// differentiated, and the tangents given for constant and cache arguments must be
+    /// zero. Returns what [`Program::run_jvp_with`] does.
+    pub(crate) fn run_jvp_kinds(
         &self,
         func: FuncId,
         width: usize,
+        kinds: &[ArgKind],
         args: &[Val],
         tangents: &[Val],
         limits: &Limits,
     ) -> Result<Vec<Val>, GradError> {
-        let none = vec![false; self.module.funcs[func].params.len()];
-        self.run_jvp_with(func, width, &none, args, tangents, limits)
+        let n = self.module.funcs[func].params.len();
+        let constant: Vec<bool> = (0..n).map(|i| kind_of(kinds, i) == ArgKind::Const).collect();
+        self.run_jvp_with(func, width, &constant, args, tangents, limits)
     }
 
     /// Runs the JVP driver of width `width`: `tangents` holds `width` lanes of one tangent
@@ -318,22 +323,31 @@ pub struct Hvp {
     pub hvp: Vec<Val>,
 }
 
-/// The HVP runners of a program, by function.
-pub(crate) type HvpCache = Mutex<HashMap<FuncId, Arc<DriverRunner>>>;
+/// The HVP runners of a program, by function and constant arguments.
+pub(crate) type HvpCache = Mutex<HashMap<(FuncId, Vec<bool>), Arc<DriverRunner>>>;
 
 impl Program {
-    fn hvp_runner(&self, func: FuncId) -> Result<Arc<DriverRunner>, AdError> {
-        if let Some(r) = self.hvp_cache.lock().ok().and_then(|c| c.get(&func).cloned()) {
+    /// Forward mode over the VJP driver; with constant arguments, over the driver of the
+    /// rule specialised to them, whose tangent function takes no tangent for them either.
+    fn hvp_runner(&self, func: FuncId, constant: Vec<bool>) -> Result<Arc<DriverRunner>, AdError> {
+        let key = (func, constant);
+        if let Some(r) = self.hvp_cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
             return Ok(r);
         }
-        let mut derived = mcir_ad::derive(&self.module, &crate::AdOptions::default())?;
+        let constant = &key.1;
+        let any = constant.contains(&true);
+        let entry = any.then(|| (func, constant.clone()));
+        let mut derived = mcir_ad::derive_with(&self.module, &crate::AdOptions::default(), entry)?;
         let pattern = vec![false; self.module.funcs[func].params.len()];
-        let vjp = mcir_ad::vjp_driver(&mut derived, func, &mcir_ad::SeedPattern { args: pattern })?;
-        let mut tangents = mcir_ad::pushforward::tangents(&derived.module, &[vjp], 1)?;
+        let seeds = mcir_ad::SeedPattern { args: pattern };
+        let vjp = mcir_ad::vjp_driver_with(&mut derived, func, &seeds, constant)?;
+        // The driver's parameters: the arguments, then the result's seed (active).
+        let driver_entry = any.then(|| (vjp, [constant.clone(), vec![false]].concat()));
+        let mut tangents = mcir_ad::pushforward::tangents_with(&derived.module, &[vjp], 1, driver_entry)?;
         let driver = mcir_ad::pushforward::jvp_driver(&mut tangents, vjp)?;
         let runner = Arc::new(DriverRunner::new(tangents.module, driver));
         if let Ok(mut c) = self.hvp_cache.lock() {
-            c.insert(func, runner.clone());
+            c.insert(key, runner.clone());
         }
         Ok(runner)
     }
@@ -348,14 +362,29 @@ impl Program {
         direction: &[Val],
         limits: &Limits,
     ) -> Result<Hvp, GradError> {
+        self.hvp_with(func, args, direction, &[], limits)
+    }
+
+    /// [`Program::hvp`] with argument kinds (missing ones are active): the directions of
+    /// constant and cache arguments are ignored (zero), and their gradient and HVP are
+    /// reported as `()`. Constants are not differentiated at all (no shadow, no tangent).
+    pub fn hvp_with(
+        &self,
+        func: FuncId,
+        args: &[Val],
+        direction: &[Val],
+        kinds: &[ArgKind],
+        limits: &Limits,
+    ) -> Result<Hvp, GradError> {
         let f = &self.module.funcs[func];
         if f.ret != Some(mcir_ir::TypeTable::F64) {
             return Err(GradError::Args(ArgError {
                 message: format!("a Hessian needs a function returning f64; `{}` does not", f.name),
             }));
         }
-        let direction = tangents_to_pass(&self.module, func, args, direction, &[])?;
-        let runner = self.hvp_runner(func).map_err(GradError::Derive)?;
+        let direction = tangents_to_pass(&self.module, func, args, direction, kinds)?;
+        let constant: Vec<bool> = (0..f.params.len()).map(|i| kind_of(kinds, i) == ArgKind::Const).collect();
+        let runner = self.hvp_runner(func, constant).map_err(GradError::Derive)?;
         // (x.., seed = 1, tx.., tseed = 0)
         let mut call_args: Vec<Val> = args.to_vec();
         call_args.push(Val::F64(1.0));
@@ -373,10 +402,12 @@ impl Program {
             Some(Val::F64(v)) => *v,
             _ => return Err(shape_error()),
         };
+        let active =
+            |(i, v): (usize, &Val)| if kind_of(kinds, i) == ArgKind::Active { v.clone() } else { Val::Unit };
         Ok(Hvp {
             value,
-            gradient: primal.iter().skip(1).cloned().collect(),
-            hvp: tangent.iter().skip(1).cloned().collect(),
+            gradient: primal.iter().skip(1).enumerate().map(active).collect(),
+            hvp: tangent.iter().skip(1).enumerate().map(active).collect(),
         })
     }
 
@@ -389,10 +420,23 @@ impl Program {
         tangent_json: &str,
         limits: &Limits,
     ) -> Result<String, GradError> {
+        self.hvp_json_with(func, args_json, tangent_json, &[], limits)
+    }
+
+    /// [`Program::hvp_json`] with argument kinds: the direction of a constant or cache
+    /// argument must be `null`, and its gradient and HVP are `null`.
+    pub fn hvp_json_with(
+        &self,
+        func: FuncId,
+        args_json: &str,
+        tangent_json: &str,
+        kinds: &[ArgKind],
+        limits: &Limits,
+    ) -> Result<String, GradError> {
         let module = &self.module;
         let args = crate::json::decode_args(module, func, args_json).map_err(GradError::Args)?;
-        let direction = decode_tangents(module, func, &args, tangent_json, &[])?;
-        let out = self.hvp(func, &args, &direction, limits)?;
+        let direction = decode_tangents(module, func, &args, tangent_json, kinds)?;
+        let out = self.hvp_with(func, &args, &direction, kinds, limits)?;
         let f = &module.funcs[func];
         let mut s = String::from("{\"value\": ");
         mcir_interp::json::write_f64(&mut s, out.value);

@@ -39,7 +39,25 @@ pub struct Vjp {
 impl Program {
     /// Derives the reverse rule of every function.
     pub fn differentiate(&self, options: &AdOptions) -> Result<Differentiated, AdError> {
-        let derived = mcir_ad::derive(&self.module, options)?;
+        self.differentiate_with(options, None, &[])
+    }
+
+    /// [`Program::differentiate`], plus a rule of `entry` specialised to its arguments'
+    /// kinds (see [`mcir_ad::derive_with`]) when some of them are constant;
+    /// [`Differentiated::pass_text`] then prints that rule for `entry`.
+    pub fn differentiate_with(
+        &self,
+        options: &AdOptions,
+        entry: Option<FuncId>,
+        kinds: &[crate::ArgKind],
+    ) -> Result<Differentiated, AdError> {
+        let entry = entry.and_then(|f| {
+            let n = self.module.funcs[f].params.len();
+            let constant: Vec<bool> =
+                (0..n).map(|i| crate::forward::kind_of(kinds, i) == crate::ArgKind::Const).collect();
+            constant.contains(&true).then_some((f, constant))
+        });
+        let derived = mcir_ad::derive_with(&self.module, options, entry)?;
         Ok(Differentiated {
             derived,
             drivers: HashMap::new(),
@@ -222,7 +240,10 @@ impl Differentiated {
 
     /// The text of `f`'s forward pass (with the declaration of its tape) or reverse pass.
     pub fn pass_text(&self, f: FuncId, reverse: bool) -> String {
-        let rule = self.derived.rule(f);
+        let rule = match &self.derived.entry {
+            Some(e) if e.func == f => &e.rule,
+            _ => self.derived.rule(f),
+        };
         let module = &self.derived.module;
         if reverse {
             return mcir_ir::print_function(module, &module.funcs[rule.rev]);
@@ -338,17 +359,25 @@ impl DriverRunner {
     }
 }
 
-/// The VJP runners of a program, by function and seed pattern.
-pub(crate) type VjpCache = std::sync::Mutex<HashMap<(FuncId, Vec<bool>), std::sync::Arc<DriverRunner>>>;
+/// The VJP runners of a program, by function, seed pattern and constant arguments.
+pub(crate) type VjpCache =
+    std::sync::Mutex<HashMap<(FuncId, Vec<bool>, Vec<bool>), std::sync::Arc<DriverRunner>>>;
 
 impl Program {
-    fn vjp_runner(&self, func: FuncId, pattern: Vec<bool>) -> Result<std::sync::Arc<DriverRunner>, AdError> {
-        let key = (func, pattern);
+    fn vjp_runner(
+        &self,
+        func: FuncId,
+        pattern: Vec<bool>,
+        constant: Vec<bool>,
+    ) -> Result<std::sync::Arc<DriverRunner>, AdError> {
+        let key = (func, pattern, constant);
         if let Some(r) = self.vjp_cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
             return Ok(r);
         }
-        let mut derived = mcir_ad::derive(&self.module, &AdOptions::default())?;
-        let driver = mcir_ad::vjp_driver(&mut derived, func, &SeedPattern { args: key.1.clone() })?;
+        let entry = key.2.contains(&true).then(|| (func, key.2.clone()));
+        let mut derived = mcir_ad::derive_with(&self.module, &AdOptions::default(), entry)?;
+        let seeds = SeedPattern { args: key.1.clone() };
+        let driver = mcir_ad::vjp_driver_with(&mut derived, func, &seeds, &key.2)?;
         let runner = std::sync::Arc::new(DriverRunner::new(derived.module, driver));
         if let Ok(mut c) = self.vjp_cache.lock() {
             c.insert(key, runner.clone());
@@ -357,7 +386,8 @@ impl Program {
     }
 
     /// [`Program::vjp`] with argument kinds (missing ones are active): constant and cache
-    /// arguments take no seed and their cotangents are reported as `()`.
+    /// arguments take no seed and their cotangents are reported as `()`. The rule runs
+    /// specialised to the constants (see [`mcir_ad::derive_with`]): they get no shadow.
     pub fn vjp_with(
         &self,
         func: FuncId,
@@ -373,7 +403,9 @@ impl Program {
                 message: format!("argument {i} is not active, so it takes no seed"),
             }));
         }
-        let mut out = self.vjp(func, args, seed, seed_args, limits)?;
+        let constant: Vec<bool> =
+            (0..args.len()).map(|i| crate::forward::kind_of(kinds, i) == crate::ArgKind::Const).collect();
+        let mut out = self.vjp_specialised(func, args, seed, seed_args, constant, limits)?;
         for (i, g) in out.gradient.iter_mut().enumerate() {
             if !active(i) {
                 *g = Val::Unit;
@@ -392,8 +424,21 @@ impl Program {
         seed_args: &[Option<Val>],
         limits: &Limits,
     ) -> Result<Vjp, GradError> {
+        self.vjp_specialised(func, args, seed, seed_args, Vec::new(), limits)
+    }
+
+    /// [`Program::vjp`] with the arguments marked `constant` not differentiated.
+    fn vjp_specialised(
+        &self,
+        func: FuncId,
+        args: &[Val],
+        seed: Option<Val>,
+        seed_args: &[Option<Val>],
+        constant: Vec<bool>,
+        limits: &Limits,
+    ) -> Result<Vjp, GradError> {
         let pattern: Vec<bool> = (0..args.len()).map(|i| matches!(seed_args.get(i), Some(Some(_)))).collect();
-        let runner = self.vjp_runner(func, pattern).map_err(GradError::Derive)?;
+        let runner = self.vjp_runner(func, pattern, constant).map_err(GradError::Derive)?;
         let module = runner.module();
         let ret = module.funcs[func].ret;
         let mut call_args: Vec<Val> = args.to_vec();

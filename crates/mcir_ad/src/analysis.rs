@@ -2,7 +2,7 @@
 //! derivative (activity), which are live at the end of each block (liveness), and the
 //! incoming edges of each block.
 
-use crate::tangent::rdata_count;
+use crate::tangent::{fdata_leaves, has_tangent, rdata_count};
 use mcir_ir::entity::EntityRef;
 use mcir_ir::{Block, FUnOp, Function, Op, TypeTable, Value};
 
@@ -302,4 +302,147 @@ fn range_of(f: &Function, header: Block, c: CountedHeader, region: &[bool]) -> O
         mcir_ir::ValueDef::Inst(bi) => f.blocks.iter().find(|(_, bd)| bd.insts.contains(&bi))?.0,
     };
     (!inside(bound_block)).then_some((c.init, bound))
+}
+
+/// Forward activity: whether each value's tangent may be non-zero (whether it may
+/// depend on a varying argument). Parameters with a tangent vary unless they are marked
+/// `constant`, and so does what is computed from varying values.
+///
+/// An address that does not vary yet (a constant argument, an array made fresh from
+/// constants, `zeros`) keeps not varying as long as it is only read, or written with
+/// values that do not vary: writing a varying value into it, or letting it escape (into
+/// a call, a cell, an aggregate, a join, the result), makes it vary from then on (the
+/// analysis is flow-insensitive). A constant argument that comes to vary gets a zero
+/// shadow of its own inside the derived function, so derivatives that pass through it
+/// are kept.
+///
+/// Both modes use it: forward mode emits no tangent code for a value that does not vary
+/// (besides saving work, this keeps `0 * inf` out of tangents: `sqrt` of a constant
+/// array holding 0), and reverse mode no adjoint, since a value that does not depend on
+/// the arguments passes no derivative back to them. `keep_zero_ops` treats
+/// zero-derivative ops as varying (for a corrupted rule under test).
+pub(crate) fn varied_values(
+    types: &TypeTable,
+    f: &Function,
+    constant: &[bool],
+    keep_zero_ops: bool,
+) -> Vec<bool> {
+    let n = f.values.len();
+    let tracked: Vec<bool> = f.values.values().map(|d| has_tangent(types, d.ty)).collect();
+    let is_addr = |v: Value| tracked[v.index()] && types.is_address(f.value_type(v));
+    // A load from a cell or record yields an address that may escape (and then be
+    // written) unless the loaded value holds no address with a tangent.
+    let loads_address = |v: Value| !fdata_leaves(types, f.value_type(v)).is_empty();
+    let mut varied = vec![false; n];
+    for (i, &p) in f.param_values().iter().enumerate() {
+        varied[p.index()] = tracked[p.index()] && !constant.get(i).copied().unwrap_or(false);
+    }
+    loop {
+        let mut changed = false;
+        let mut mark = |v: Value, varied: &mut Vec<bool>| {
+            if tracked[v.index()] && !varied[v.index()] {
+                varied[v.index()] = true;
+                changed = true;
+            }
+        };
+        for (_, data) in f.blocks.iter() {
+            for &inst in &data.insts {
+                let d = &f.insts[inst];
+                let any = |varied: &Vec<bool>, args: &[Value]| args.iter().any(|a| varied[a.index()]);
+                // What the op writes, and the addresses that escape through it.
+                match &d.op {
+                    Op::Store | Op::TrustedStore => {
+                        if let (Some(&a), Some(&v)) = (d.args.first(), d.args.last()) {
+                            if varied[v.index()] {
+                                mark(a, &mut varied);
+                            }
+                        }
+                    }
+                    Op::CopyInto | Op::AddInto | Op::MoveAdd | Op::Axpy => {
+                        if any(&varied, &d.args[1..]) {
+                            mark(d.args[0], &mut varied);
+                        }
+                    }
+                    Op::RefLoad | Op::MutLoad(..) if d.result.is_some_and(|r| !loads_address(r)) => {}
+                    // An address taken out of a tuple or record that comes to vary makes
+                    // the aggregate vary, so that every other copy taken out of it does.
+                    Op::TupleGet(_) | Op::StructGet(..) => {
+                        if d.result.is_some_and(|r| varied[r.index()] && loads_address(r)) {
+                            mark(d.args[0], &mut varied);
+                        }
+                    }
+                    Op::Load
+                    | Op::TrustedLoad
+                    | Op::Sum
+                    | Op::Dot
+                    | Op::ArrayDim(_)
+                    | Op::ArrayCopy
+                    | Op::MapFBinary(_)
+                    | Op::MapFUnary(_)
+                    | Op::MapFPowI
+                    | Op::MapIBinary(_)
+                    | Op::ZerosLike
+                    | Op::Print => {}
+                    _ => {
+                        for &a in &d.args {
+                            if is_addr(a) {
+                                mark(a, &mut varied);
+                            }
+                        }
+                    }
+                }
+                let Some(r) = d.result else { continue };
+                if !tracked[r.index()] || varied[r.index()] {
+                    continue;
+                }
+                let v = match &d.op {
+                    Op::FConst(_) | Op::IToF | Op::ZerosLike => false,
+                    Op::FUnary(u) | Op::MapFUnary(u) if zero_derivative(*u) => {
+                        keep_zero_ops && any(&varied, &d.args)
+                    }
+                    Op::RefLoad | Op::MutLoad(..) if !loads_address(r) => any(&varied, &d.args),
+                    Op::FBinary(_)
+                    | Op::FUnary(_)
+                    | Op::FPowI
+                    | Op::Select
+                    | Op::TupleNew
+                    | Op::TupleGet(_)
+                    | Op::StructGet(..)
+                    | Op::Load
+                    | Op::TrustedLoad
+                    | Op::Sum
+                    | Op::Dot
+                    | Op::ArrayFill
+                    | Op::ArrayLit(_)
+                    | Op::ArrayCopy
+                    | Op::MapFBinary(_)
+                    | Op::MapFUnary(_)
+                    | Op::MapFPowI => any(&varied, &d.args),
+                    Op::StructNew(s) if !types.struct_def(*s).mutable => any(&varied, &d.args),
+                    _ => true,
+                };
+                if v {
+                    mark(r, &mut varied);
+                }
+            }
+            for s in data.term.successors() {
+                for (&arg, &p) in s.args.iter().zip(&f.blocks[s.block].params) {
+                    if is_addr(arg) {
+                        mark(arg, &mut varied);
+                    }
+                    if varied[arg.index()] {
+                        mark(p, &mut varied);
+                    }
+                }
+            }
+            if let mcir_ir::Terminator::Return(Some(v)) = data.term {
+                if is_addr(v) {
+                    mark(v, &mut varied);
+                }
+            }
+        }
+        if !changed {
+            return varied;
+        }
+    }
 }

@@ -22,8 +22,34 @@ pub struct SeedPattern {
 /// seeded argument that has a tangent; it returns `(value, xbar_0, .., xbar_n)` where
 /// `xbar_i` has the tangent type of parameter `i` (`()` when it has none).
 pub fn vjp_driver(derived: &mut Derived, f: FuncId, seeds: &SeedPattern) -> Result<FuncId, AdError> {
+    vjp_driver_with(derived, f, seeds, &[])
+}
+
+/// [`vjp_driver`] with the parameters marked `constant` not differentiated: the driver
+/// calls the entry rule `derived.entry` (see [`crate::derive_with`]), which must be the
+/// rule of `f` for the same constants; it builds no shadow for a constant and returns
+/// `()` as its cotangent. Constants take no seed.
+pub fn vjp_driver_with(
+    derived: &mut Derived,
+    f: FuncId,
+    seeds: &SeedPattern,
+    constant: &[bool],
+) -> Result<FuncId, AdError> {
     let primal = derived.module.funcs[f].clone();
-    let rule = derived.rule(f).clone();
+    let is_constant = |i: usize| constant.get(i).copied().unwrap_or(false);
+    let rule = if constant.iter().any(|&c| c) {
+        match &derived.entry {
+            Some(e) if e.func == f && e.constant == constant => e.rule.clone(),
+            _ => {
+                return Err(AdError::internal(
+                    &primal.name,
+                    "no rule was derived for these constant arguments".to_string(),
+                ))
+            }
+        }
+    } else {
+        derived.rule(f).clone()
+    };
     let types = &mut derived.module.types;
     let mut params: Vec<(Option<String>, TypeId)> = Vec::new();
     for (&p, &t) in primal.param_values().iter().zip(&primal.params) {
@@ -37,7 +63,9 @@ pub fn vjp_driver(derived: &mut Derived, f: FuncId, seeds: &SeedPattern) -> Resu
         .params
         .iter()
         .enumerate()
-        .map(|(i, &t)| seeds.args.get(i).copied().unwrap_or(false) && has_tangent(types, t))
+        .map(|(i, &t)| {
+            seeds.args.get(i).copied().unwrap_or(false) && has_tangent(types, t) && !is_constant(i)
+        })
         .collect();
     for (i, (&p, &t)) in primal.param_values().iter().zip(&primal.params).enumerate() {
         if seeded[i] {
@@ -46,8 +74,8 @@ pub fn vjp_driver(derived: &mut Derived, f: FuncId, seeds: &SeedPattern) -> Resu
         }
     }
     let mut outs = vec![primal.ret.unwrap_or(TypeTable::UNIT)];
-    for &t in &primal.params {
-        outs.push(tangent_type(types, t));
+    for (i, &t) in primal.params.iter().enumerate() {
+        outs.push(if is_constant(i) { TypeTable::UNIT } else { tangent_type(types, t) });
     }
     let ret = types.intern(Type::Tuple(outs));
     let mut base = format!("{}$vjp", primal.name);
@@ -81,6 +109,10 @@ pub fn vjp_driver(derived: &mut Derived, f: FuncId, seeds: &SeedPattern) -> Resu
     let mut fargs: Vec<Value> = xs.to_vec();
     for (i, &t) in primal.params.iter().enumerate() {
         let mut list = Vec::new();
+        if is_constant(i) {
+            shadows.push(list);
+            continue;
+        }
         for leaf in fdata_leaves(types, t) {
             let part = primal_extract(&mut e, types, xs[i], &leaf.path);
             let s = zero_shadow(&mut e, types, leaf.ty, part)?;
@@ -155,6 +187,10 @@ pub fn vjp_driver(derived: &mut Derived, f: FuncId, seeds: &SeedPattern) -> Resu
                 v = e.add(v, *extra);
             }
             rdata.push(v);
+        }
+        if is_constant(i) {
+            items.push(e.unit());
+            continue;
         }
         let g = build_tangent(&mut e, types, t, &mut rdata.into_iter(), &mut shadows[i].clone().into_iter());
         let name = primal.values[primal.param_values()[i]].name.as_ref().map(|n| format!("{n}_grad"));

@@ -7,9 +7,7 @@ use crate::emit::Emit;
 use crate::tangent::{fdata_leaves, field_leaf_ranges, has_tangent, leaves, tangent_type, LeafKind};
 use crate::{AdError, RuleIds};
 use mcir_ir::entity::EntityRef;
-use mcir_ir::{
-    Block, BlockCall, FuncId, Function, Inst, Module, Op, Terminator, Type, TypeId, TypeTable, Value,
-};
+use mcir_ir::{Block, BlockCall, Function, Inst, Module, Op, Terminator, Type, TypeId, TypeTable, Value};
 use std::collections::HashMap;
 
 /// The forward pass under construction, and what the reverse pass needs to know about it.
@@ -43,11 +41,12 @@ pub(crate) fn shadow_types(types: &mut TypeTable, t: TypeId) -> Vec<TypeId> {
 }
 
 /// The signature of `f`'s forward pass: the primal parameters, then one shadow per fdata
-/// leaf of each; it returns `(result, result shadows.., tape)`.
+/// leaf of each that is not `constant`; it returns `(result, result shadows.., tape)`.
 pub(crate) fn forward_signature(
     types: &mut TypeTable,
     primal: &Function,
     tape_ty: TypeId,
+    constant: &[bool],
 ) -> (Vec<(Option<String>, TypeId)>, TypeId) {
     let mut params: Vec<(Option<String>, TypeId)> = Vec::new();
     let names: Vec<Option<String>> =
@@ -55,7 +54,10 @@ pub(crate) fn forward_signature(
     for (name, &t) in names.iter().zip(&primal.params) {
         params.push((name.clone(), t));
     }
-    for (name, &t) in names.iter().zip(&primal.params) {
+    for (i, (name, &t)) in names.iter().zip(&primal.params).enumerate() {
+        if constant.get(i).copied().unwrap_or(false) {
+            continue;
+        }
         for st in shadow_types(types, t) {
             params.push((shadow_name(name), st));
         }
@@ -95,20 +97,24 @@ impl Forward {
     }
 }
 
-/// Builds the forward pass of `primal` (without its tape, which is added once the reverse
-/// pass is known).
+/// Builds the forward pass `rule.fwd` of `primal` (without its tape, which is added once
+/// the reverse pass is known). Parameters marked `constant` come without shadows: each
+/// gets a zero shadow inside the pass, which dead-code elimination removes unless the
+/// reverse pass or a callee reads it.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn build_forward(
     module: &mut Module,
     ids: &[RuleIds],
-    fid: FuncId,
+    rule: &RuleIds,
     primal: &Function,
     edges: &[Vec<Edge>],
     counted: &[Option<crate::analysis::CountedHeader>],
     counters: &[crate::analysis::LoopCounter],
+    constant: &[bool],
 ) -> Result<Forward, AdError> {
-    let rule = &ids[fid.index()];
-    let (params, ret) = forward_signature(&mut module.types, primal, rule.tape_ty);
-    let mut func = Function::new(&format!("{}$fwd", primal.name), &params, Some(ret));
+    let (params, ret) = forward_signature(&mut module.types, primal, rule.tape_ty, constant);
+    let name = module.funcs[rule.fwd].name.clone();
+    let mut func = Function::new(&name, &params, Some(ret));
     func.span = primal.span;
     let nvals = primal.values.len();
     let mut fw = Forward {
@@ -132,8 +138,19 @@ pub(crate) fn build_forward(
             for (i, &p) in data.params.iter().enumerate() {
                 fw.vmap[p.index()] = Some(fparams[i]);
             }
-            for &p in &data.params {
-                let n = fdata_leaves(types, primal.value_type(p)).len();
+            for (i, &p) in data.params.iter().enumerate() {
+                let ty = primal.value_type(p);
+                if constant.get(i).copied().unwrap_or(false) {
+                    let mut list = Vec::new();
+                    for leaf in fdata_leaves(types, ty) {
+                        let part = primal_extract(&mut fw.e, types, fparams[i], &leaf.path);
+                        let s = crate::driver::zero_shadow(&mut fw.e, types, leaf.ty, part)?;
+                        list.push(fw.e.name(s, shadow_name(&primal.values[p].name)));
+                    }
+                    fw.shadows[p.index()] = list;
+                    continue;
+                }
+                let n = fdata_leaves(types, ty).len();
                 fw.shadows[p.index()] = fparams[k..k + n].to_vec();
                 k += n;
             }

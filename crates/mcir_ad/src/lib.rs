@@ -28,7 +28,7 @@ mod reverse;
 mod rules;
 pub mod tangent;
 
-pub use driver::{probe_driver, vjp_driver, SeedPattern};
+pub use driver::{probe_driver, vjp_driver, vjp_driver_with, SeedPattern};
 pub use reverse::rule_name;
 
 use mcir_ir::entity::EntityRef;
@@ -93,6 +93,20 @@ pub struct Derived {
     pub module: Module,
     /// The rule of each primal function, indexed by its id.
     pub rules: Vec<RuleIds>,
+    /// The entry's rule for constant arguments, if one was asked for (see [`derive_with`]).
+    pub entry: Option<EntryRule>,
+}
+
+/// A rule of one function specialised to some of its parameters being constant:
+/// `f$fwd$const` takes no shadow for them, and neither pass spends work on them.
+#[derive(Clone, Debug)]
+pub struct EntryRule {
+    /// The primal function.
+    pub func: FuncId,
+    /// Which of its parameters are constant.
+    pub constant: Vec<bool>,
+    /// The specialised rule.
+    pub rule: RuleIds,
 }
 
 impl Derived {
@@ -104,55 +118,94 @@ impl Derived {
 
 /// Derives the rule of every function of `module`. The result verifies.
 pub fn derive(module: &Module, options: &Options) -> Result<Derived, AdError> {
+    derive_with(module, options, None)
+}
+
+/// [`derive`], plus for `entry = (f, constant)` a rule of `f` in which the parameters
+/// marked constant are not differentiated: its forward pass `f$fwd$const` takes no
+/// shadow for them and the reverse pass `f$rev$const` spends no work on them. A constant
+/// gets a zero shadow of its own, inside the rule, only where it comes to carry a
+/// derivative (it escapes into a call, or values that depend on the other arguments are
+/// written into it; see `analysis::varied_values`), so no derivative is lost.
+pub fn derive_with(
+    module: &Module,
+    options: &Options,
+    entry: Option<(FuncId, Vec<bool>)>,
+) -> Result<Derived, AdError> {
     let mut module = module.clone();
     let primals: Vec<(FuncId, Function)> = module.funcs.iter().map(|(id, f)| (id, f.clone())).collect();
     // Declare every rule first: calls refer to them before they are built.
     let mut rules = Vec::new();
     for (_, f) in &primals {
-        let (tape_sid, tape_ty) = module.types.declare_struct(StructDef {
-            name: format!("{}$tape", f.name),
-            mutable: false,
-            fields: Vec::new(),
-        });
-        let (fparams, fwd_ret) = forward::forward_signature(&mut module.types, f, tape_ty);
-        let (rparams, rev_ret) = reverse::reverse_signature(&mut module.types, f, tape_ty);
-        let fwd = module.add_function(Function::new(&format!("{}$fwd", f.name), &fparams, Some(fwd_ret)));
-        let rev = module.add_function(Function::new(&format!("{}$rev", f.name), &rparams, rev_ret));
-        rules.push(RuleIds { name: f.name.clone(), fwd, rev, tape_sid, tape_ty, fwd_ret, rev_ret });
+        rules.push(declare_rule(&mut module, f, "", &[]));
     }
     for (fid, primal) in &primals {
-        let (fwd, rev) = derive_function(&mut module, &rules, *fid, primal, options)?;
-        let r = &rules[fid.index()];
-        module.funcs[r.fwd] = fwd;
-        module.funcs[r.rev] = rev;
+        let rule = rules[fid.index()].clone();
+        let (fwd, rev) = derive_function(&mut module, &rules, &rule, primal, options, &[])?;
+        module.funcs[rule.fwd] = fwd;
+        module.funcs[rule.rev] = rev;
+    }
+    let mut special = None;
+    if let Some((f, constant)) = entry.filter(|(_, c)| c.iter().any(|&k| k)) {
+        let primal = module.funcs[f].clone();
+        let rule = declare_rule(&mut module, &primal, "$const", &constant);
+        let (fwd, rev) = derive_function(&mut module, &rules, &rule, &primal, options, &constant)?;
+        module.funcs[rule.fwd] = fwd;
+        module.funcs[rule.rev] = rev;
+        special = Some(EntryRule { func: f, constant, rule });
     }
     if let Err(e) = mcir_ir::verify_module(&module) {
         return Err(AdError::internal(&e.func, format!("the derived IR does not verify: {}", e.message)));
     }
-    Ok(Derived { module, rules })
+    Ok(Derived { module, rules, entry: special })
 }
 
+/// Declares the tape and the two passes of a rule of `f` (named `f$fwd{suffix}`,
+/// `f$rev{suffix}`), to be built later: calls refer to rules before they are built.
+fn declare_rule(module: &mut Module, f: &Function, suffix: &str, constant: &[bool]) -> RuleIds {
+    let (tape_sid, tape_ty) = module.types.declare_struct(StructDef {
+        name: format!("{}$tape{suffix}", f.name),
+        mutable: false,
+        fields: Vec::new(),
+    });
+    let (fparams, fwd_ret) = forward::forward_signature(&mut module.types, f, tape_ty, constant);
+    let (rparams, rev_ret) = reverse::reverse_signature(&mut module.types, f, tape_ty);
+    let fwd = module.add_function(Function::new(&format!("{}$fwd{suffix}", f.name), &fparams, Some(fwd_ret)));
+    let rev = module.add_function(Function::new(&format!("{}$rev{suffix}", f.name), &rparams, rev_ret));
+    RuleIds { name: f.name.clone(), fwd, rev, tape_sid, tape_ty, fwd_ret, rev_ret }
+}
+
+/// Builds the two passes of `rule`, a rule of `primal` with the parameters marked
+/// `constant` not differentiated. Calls go to the rules of `rules`.
 fn derive_function(
     module: &mut Module,
     rules: &[RuleIds],
-    fid: FuncId,
+    rule: &RuleIds,
     primal: &Function,
     options: &Options,
+    constant: &[bool],
 ) -> Result<(Function, Function), AdError> {
     let edges = analysis::in_edges(primal);
-    let active = analysis::activity(&module.types, primal, options.corrupt.is_some());
+    let keep_zero_ops = options.corrupt.is_some();
+    let mut active = analysis::activity(&module.types, primal, keep_zero_ops);
+    // A value that does not depend on the varying arguments passes no derivative back.
+    let varied = analysis::varied_values(&module.types, primal, constant, keep_zero_ops);
+    for (a, v) in active.iter_mut().zip(&varied) {
+        *a &= *v;
+    }
     let live = analysis::live_out(primal);
     let counted = analysis::counted_headers(primal, &edges);
     let counters = analysis::loop_counters(primal, &edges, &counted);
-    let mut fw = forward::build_forward(module, rules, fid, primal, &edges, &counted, &counters)?;
+    let mut fw = forward::build_forward(module, rules, rule, primal, &edges, &counted, &counters, constant)?;
     let (rev, slots, pushes, path_slot, counter_slots) = {
         let mut rv = reverse::Reverse::new(
-            fid,
+            rule,
             primal,
             &fw,
             &mut module.types,
             rules,
             active,
+            varied,
             &live,
             options.corrupt.clone(),
             counters,
@@ -168,7 +221,6 @@ fn derive_function(
     // The tape: create the stacks on entry to the forward pass, push what the reverse
     // pass pops at the end of each block, mark edges into joins and the return taken.
     let entry = fw.e.func.entry();
-    let rule = &rules[fid.index()];
     let mut stacks = Vec::new();
     let mut created = 0;
     for (fv, ty, name, direct) in slots.iter() {

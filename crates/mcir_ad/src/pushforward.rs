@@ -63,10 +63,10 @@ pub fn tangents(module: &Module, roots: &[FuncId], width: usize) -> Result<Tange
 }
 
 /// [`tangents`], plus for `entry = (f, constant)` a tangent function of `f` in which the
-/// parameters marked constant have no tangent: no parameter, no shadow, no tangent
-/// code (an internal zero shadow only where a callee needs one). Writing values that
-/// depend on the other arguments straight into a constant argument is an error: their
-/// derivative would be lost.
+/// parameters marked constant have no tangent: no parameter, and no shadow or tangent
+/// code unless the constant comes to vary (it escapes into a call, or `f` writes values
+/// that depend on the other arguments into it): then a zero shadow of its own, inside
+/// the tangent function, carries what passes through it.
 pub fn tangents_with(
     module: &Module,
     roots: &[FuncId],
@@ -173,7 +173,7 @@ struct Builder<'a> {
     /// `tan[lane][value]`.
     tan: Vec<Vec<Tan>>,
     block_map: Vec<Block>,
-    /// Which primal values may have a non-zero tangent (see [`varied_values`]).
+    /// Which primal values may have a non-zero tangent (see [`crate::analysis::varied_values`]).
     varied: Vec<bool>,
 }
 
@@ -198,7 +198,7 @@ fn build(
         vmap: vec![None; n],
         tan: vec![vec![Tan::default(); n]; width],
         block_map: Vec::new(),
-        varied: varied_values(types, primal, constant)?,
+        varied: crate::analysis::varied_values(types, primal, constant, false),
     };
     // Blocks and their parameters: primal ones, then per lane each one's leaves.
     for (blk, data) in primal.blocks.iter() {
@@ -592,7 +592,8 @@ impl Builder<'_> {
                 scalar(Some(self.e.val(Op::TrustedLoad, [vec![s], a[1..].to_vec()].concat(), TypeTable::F64)))
             }
             Op::Store | Op::TrustedStore => {
-                if f64_array(types, pa[0], self.primal) {
+                // An array that does not vary is only ever written values that do not.
+                if f64_array(types, pa[0], self.primal) && self.varies(pa[0]) {
                     let s = self.ds(lane, pa[0])?;
                     let x = self.dr(lane, pa[pa.len() - 1]);
                     let x = self.or_zero(x);
@@ -610,7 +611,7 @@ impl Builder<'_> {
             }
             Op::CopyInto => {
                 // A destination that varies takes the source's shadow, zeros if it has none.
-                if f64_array(types, pa[0], self.primal) {
+                if f64_array(types, pa[0], self.primal) && self.varies(pa[0]) {
                     let (sd, ss) = (self.ds(lane, pa[0])?, self.ds(lane, pa[1])?);
                     self.e.eff(Op::CopyInto, vec![sd, ss]);
                 }
@@ -1010,145 +1011,4 @@ pub fn jvp_driver(t: &mut Tangents, f: FuncId) -> Result<FuncId, AdError> {
         ));
     }
     Ok(id)
-}
-
-/// Forward activity: whether each value's tangent may be non-zero. Parameters with a
-/// tangent vary, and so does what is computed from varying values. An array made fresh
-/// from values that do not vary (a constant literal, `zeros`) does not vary as long as
-/// it only is read, or written with values that do not vary; an address that escapes
-/// (into a call, a cell, an aggregate, a join, the result) varies. A value that does not
-/// vary gets no tangent code: besides saving work, this keeps `0 * inf` out of tangents
-/// (`sqrt` of a constant array holding 0).
-fn varied_values(types: &TypeTable, f: &Function, constant: &[bool]) -> Result<Vec<bool>, AdError> {
-    let n = f.values.len();
-    let mut is_constant = vec![false; n];
-    for (i, &p) in f.param_values().iter().enumerate() {
-        is_constant[p.index()] = constant.get(i).copied().unwrap_or(false);
-    }
-    // A constant argument's tangent is zero whatever happens to it.
-    let tracked: Vec<bool> =
-        f.values.iter().map(|(v, d)| has_tangent(types, d.ty) && !is_constant[v.index()]).collect();
-    let is_addr = |v: Value| tracked[v.index()] && types.is_address(f.value_type(v));
-    let mut varied = vec![false; n];
-    for &p in f.param_values() {
-        varied[p.index()] = tracked[p.index()];
-    }
-    let written_constant = |a: Value| -> Result<(), AdError> {
-        if is_constant[a.index()] {
-            let name = f.values[a].name.clone().unwrap_or_else(|| "an argument".into());
-            return Err(AdError {
-                func: f.name.clone(),
-                message: format!(
-                    "`{name}` is constant, but `{}` writes values that depend on the other arguments into it, so their derivative would be lost; make it active",
-                    f.name
-                ),
-            });
-        }
-        Ok(())
-    };
-    let zero_derivative = |u: &mcir_ir::FUnOp| {
-        matches!(
-            u,
-            mcir_ir::FUnOp::Floor | mcir_ir::FUnOp::Ceil | mcir_ir::FUnOp::Round | mcir_ir::FUnOp::Sign
-        )
-    };
-    loop {
-        let mut changed = false;
-        let mut mark = |v: Value, varied: &mut Vec<bool>| {
-            if tracked[v.index()] && !varied[v.index()] {
-                varied[v.index()] = true;
-                changed = true;
-            }
-        };
-        for (_, data) in f.blocks.iter() {
-            for &inst in &data.insts {
-                let d = &f.insts[inst];
-                let any = |varied: &Vec<bool>, args: &[Value]| args.iter().any(|a| varied[a.index()]);
-                // What the op writes, and the addresses that escape through it.
-                match &d.op {
-                    Op::Store | Op::TrustedStore => {
-                        if let (Some(&a), Some(&v)) = (d.args.first(), d.args.last()) {
-                            if varied[v.index()] {
-                                written_constant(a)?;
-                                mark(a, &mut varied);
-                            }
-                        }
-                    }
-                    Op::CopyInto | Op::AddInto | Op::MoveAdd | Op::Axpy => {
-                        if any(&varied, &d.args[1..]) {
-                            written_constant(d.args[0])?;
-                            mark(d.args[0], &mut varied);
-                        }
-                    }
-                    Op::Load
-                    | Op::TrustedLoad
-                    | Op::Sum
-                    | Op::Dot
-                    | Op::ArrayDim(_)
-                    | Op::ArrayCopy
-                    | Op::MapFBinary(_)
-                    | Op::MapFUnary(_)
-                    | Op::MapFPowI
-                    | Op::MapIBinary(_)
-                    | Op::ZerosLike
-                    | Op::Print => {}
-                    _ => {
-                        for &a in &d.args {
-                            if is_addr(a) {
-                                mark(a, &mut varied);
-                            }
-                        }
-                    }
-                }
-                let Some(r) = d.result else { continue };
-                if !tracked[r.index()] || varied[r.index()] {
-                    continue;
-                }
-                let v = match &d.op {
-                    Op::FConst(_) | Op::IToF | Op::ZerosLike => false,
-                    Op::FUnary(u) | Op::MapFUnary(u) if zero_derivative(u) => false,
-                    Op::FBinary(_)
-                    | Op::FUnary(_)
-                    | Op::FPowI
-                    | Op::Select
-                    | Op::TupleNew
-                    | Op::TupleGet(_)
-                    | Op::StructGet(..)
-                    | Op::Load
-                    | Op::TrustedLoad
-                    | Op::Sum
-                    | Op::Dot
-                    | Op::ArrayFill
-                    | Op::ArrayLit(_)
-                    | Op::ArrayCopy
-                    | Op::MapFBinary(_)
-                    | Op::MapFUnary(_)
-                    | Op::MapFPowI => any(&varied, &d.args),
-                    Op::StructNew(s) if !types.struct_def(*s).mutable => any(&varied, &d.args),
-                    _ => true,
-                };
-                if v {
-                    mark(r, &mut varied);
-                }
-            }
-            for s in data.term.successors() {
-                for (&arg, &p) in s.args.iter().zip(&f.blocks[s.block].params) {
-                    if is_addr(arg) {
-                        mark(arg, &mut varied);
-                    }
-                    if varied[arg.index()] {
-                        mark(p, &mut varied);
-                    }
-                }
-            }
-            if let Terminator::Return(Some(v)) = data.term {
-                if is_addr(v) {
-                    mark(v, &mut varied);
-                }
-            }
-        }
-        if !changed {
-            return Ok(varied);
-        }
-    }
 }

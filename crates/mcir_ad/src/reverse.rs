@@ -13,8 +13,7 @@ use crate::tangent::{field_leaf_ranges, has_tangent, rdata_leaves, tangent_type,
 use crate::{AdError, RuleIds};
 use mcir_ir::entity::EntityRef;
 use mcir_ir::{
-    Block, BlockCall, CmpOp, FBinOp, FUnOp, FuncId, Function, Inst, Op, Terminator, Type, TypeId, TypeTable,
-    Value,
+    Block, BlockCall, CmpOp, FBinOp, FUnOp, Function, Inst, Op, Terminator, Type, TypeId, TypeTable, Value,
 };
 use std::collections::HashMap;
 
@@ -38,6 +37,9 @@ pub(crate) struct Reverse<'a> {
     pub types: &'a mut TypeTable,
     pub ids: &'a [RuleIds],
     pub active: Vec<bool>,
+    /// Which primal values may depend on the varying arguments (forward activity): an
+    /// address that does not gets no shadow work.
+    varied: Vec<bool>,
     pub corrupt: Option<String>,
     corrupting: bool,
     tape: Value,
@@ -109,19 +111,20 @@ pub(crate) fn reverse_signature(
 impl<'a> Reverse<'a> {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
-        fid: FuncId,
+        rule: &RuleIds,
         primal: &'a Function,
         fw: &'a Forward,
         types: &'a mut TypeTable,
         ids: &'a [RuleIds],
         active: Vec<bool>,
+        varied: Vec<bool>,
         live_out: &[Vec<Value>],
         corrupt: Option<String>,
         counters: Vec<crate::analysis::LoopCounter>,
     ) -> Reverse<'a> {
-        let rule = &ids[fid.index()];
         let (params, ret) = reverse_signature(types, primal, rule.tape_ty);
-        let mut func = Function::new(&format!("{}$rev", primal.name), &params, ret);
+        let name = fw.e.func.name.replacen("$fwd", "$rev", 1);
+        let mut func = Function::new(&name, &params, ret);
         func.span = primal.span;
         let tape = func.param_values()[0];
         let entry = func.entry();
@@ -163,6 +166,7 @@ impl<'a> Reverse<'a> {
             types,
             ids,
             active,
+            varied,
             corrupt,
             corrupting: false,
             tape,
@@ -410,6 +414,12 @@ impl<'a> Reverse<'a> {
         self.active.get(v.index()).copied().unwrap_or(false)
     }
 
+    /// Whether an address may hold values that depend on the varying arguments: one
+    /// that does not needs no shadow work, since nothing it holds passes a derivative back.
+    fn varies(&self, v: Value) -> bool {
+        self.varied.get(v.index()).copied().unwrap_or(true)
+    }
+
     fn take(&mut self, v: Value) -> Vec<Option<Value>> {
         let n = rdata_leaves(self.types, self.primal.value_type(v)).len();
         (0..n).map(|k| self.adj.remove(&(v, k as u32))).collect()
@@ -480,7 +490,7 @@ impl<'a> Reverse<'a> {
                 let s = self.e.total(t);
                 self.contribute(x, 0, s);
             }
-        } else {
+        } else if self.varies(x) {
             let sx = self.shadow(x)?;
             self.acc_array(sx, t);
         }
@@ -488,7 +498,11 @@ impl<'a> Reverse<'a> {
     }
 
     fn wants(&self, x: Value) -> bool {
-        self.primal.value_type(x) != TypeTable::F64 || self.is_active(x)
+        if self.primal.value_type(x) == TypeTable::F64 {
+            self.is_active(x)
+        } else {
+            self.varies(x)
+        }
     }
 
     // ---- blocks ----
@@ -895,7 +909,8 @@ impl<'a> Reverse<'a> {
             }
             Op::Store | Op::TrustedStore => {
                 let idx = a[1..a.len() - 1].iter().map(|&i| self.fwdv(i)).collect::<Result<Vec<_>, _>>()?;
-                if has_tangent(self.types, primal.value_type(a[0])) {
+                // An array that does not vary is only ever written values that do not.
+                if has_tangent(self.types, primal.value_type(a[0])) && self.varies(a[0]) {
                     let s = self.shadow(a[0])?;
                     let v = a[a.len() - 1];
                     if self.is_active(v) {
@@ -911,13 +926,13 @@ impl<'a> Reverse<'a> {
             }
             Op::ArrayCopy => {
                 let r = self.result(inst)?;
-                if has_tangent(self.types, primal.value_type(r)) {
+                if has_tangent(self.types, primal.value_type(r)) && self.varies(r) {
                     let (sa, sc) = (self.shadow(a[0])?, self.shadow(r)?);
                     self.acc_array(sa, sc);
                 }
             }
             Op::CopyInto => {
-                if has_tangent(self.types, primal.value_type(a[0])) {
+                if has_tangent(self.types, primal.value_type(a[0])) && self.varies(a[0]) {
                     let (sd, ss) = (self.shadow(a[0])?, self.shadow(a[1])?);
                     if self.corrupting {
                         let c = self.e.fconst(0.5);
@@ -939,12 +954,19 @@ impl<'a> Reverse<'a> {
             }
             Op::Dot => {
                 if let Some(g) = g0 {
-                    let (sx, sy) = (self.shadow(a[0])?, self.shadow(a[1])?);
-                    let (fx, fy) = (self.fwdv(a[0])?, self.fwdv(a[1])?);
-                    self.acc_axpy(sx, g, fy);
-                    self.acc_axpy(sy, g, fx);
+                    if self.varies(a[0]) {
+                        let sx = self.shadow(a[0])?;
+                        let fy = self.fwdv(a[1])?;
+                        self.acc_axpy(sx, g, fy);
+                    }
+                    if self.varies(a[1]) {
+                        let sy = self.shadow(a[1])?;
+                        let fx = self.fwdv(a[0])?;
+                        self.acc_axpy(sy, g, fx);
+                    }
                 }
             }
+            Op::MapFBinary(_) | Op::MapFUnary(_) | Op::MapFPowI if !self.varies(self.result(inst)?) => {}
             Op::MapFBinary(op) => {
                 let r = self.result(inst)?;
                 let gs = self.shadow(r)?;

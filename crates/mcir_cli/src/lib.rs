@@ -162,6 +162,8 @@ enum Command {
         /// JSON array with the direction for each argument (null = zero), or @path.json.
         #[arg(long, value_name = "JSON")]
         tangent: String,
+        #[command(flatten)]
+        kinds: Kinds,
     },
     /// Dense Jacobian of the returned value with respect to the arguments' differentiable
     /// scalars (forward or reverse sweeps, by shape).
@@ -171,6 +173,8 @@ enum Command {
         /// JSON array of arguments, or @path.json.
         #[arg(long, value_name = "ARGS")]
         args: Option<String>,
+        #[command(flatten)]
+        kinds: Kinds,
     },
     /// Dense Hessian of a function returning f64, from Hessian-vector products.
     Hessian {
@@ -179,6 +183,8 @@ enum Command {
         /// JSON array of arguments, or @path.json.
         #[arg(long, value_name = "ARGS")]
         args: Option<String>,
+        #[command(flatten)]
+        kinds: Kinds,
     },
     /// Check the derived rule against finite differences (CLI.md `check`).
     Check {
@@ -286,11 +292,15 @@ fn run_here(args: Vec<OsString>, stdin: &mut dyn Read) -> Outcome {
         }
         Command::Bench { common, args, iters } => cmd_bench(&common, args.as_deref(), iters, stdin),
         Command::Jvp { common, args, tangent, kinds } => {
-            cmd_jvp(&common, args.as_deref(), &tangent, Some(&kinds), stdin)
+            cmd_jvp(&common, args.as_deref(), &tangent, &kinds, false, stdin)
         }
-        Command::Jacobian { common, args } => cmd_dense(&common, args.as_deref(), false, stdin),
-        Command::Hessian { common, args } => cmd_dense(&common, args.as_deref(), true, stdin),
-        Command::Hvp { common, args, tangent } => cmd_jvp(&common, args.as_deref(), &tangent, None, stdin),
+        Command::Jacobian { common, args, kinds } => {
+            cmd_dense(&common, args.as_deref(), &kinds, false, stdin)
+        }
+        Command::Hessian { common, args, kinds } => cmd_dense(&common, args.as_deref(), &kinds, true, stdin),
+        Command::Hvp { common, args, tangent, kinds } => {
+            cmd_jvp(&common, args.as_deref(), &tangent, &kinds, true, stdin)
+        }
         Command::Grad { common, args, seed, seed_args, kinds } => {
             cmd_grad(&common, args.as_deref(), seed.as_deref(), seed_args.as_deref(), &kinds, stdin)
         }
@@ -435,28 +445,36 @@ fn cmd_grad(
 }
 
 /// `jacobian`, or `hessian` when `hessian`.
-fn cmd_dense(common: &Common, args: Option<&str>, hessian: bool, stdin: &mut dyn Read) -> Outcome {
+fn cmd_dense(
+    common: &Common,
+    args: Option<&str>,
+    kinds: &Kinds,
+    hessian: bool,
+    stdin: &mut dyn Read,
+) -> Outcome {
     let result = (|| {
         let limits = limits(common)?;
         let program = compile(common, stdin)?;
         let func = program.entry(common.func.as_deref()).map_err(Outcome::usage)?;
         let args = read_json_arg("--args", args.unwrap_or("[]"))?;
+        let kinds = kinds.resolve(program.module().funcs[func].params.len())?;
         let out = if hessian {
-            program.hessian_json(func, &args, &limits)
+            program.hessian_json_with(func, &args, &kinds, &limits)
         } else {
-            program.jacobian_json(func, &args, &limits)
+            program.jacobian_json_with(func, &args, &kinds, &limits)
         };
         derivative_outcome(&program, out)
     })();
     result.unwrap_or_else(|o| o)
 }
 
-/// `jvp` with argument kinds, or `hvp` without.
+/// `jvp`, or `hvp` when `hvp`.
 fn cmd_jvp(
     common: &Common,
     args: Option<&str>,
     tangent: &str,
-    kinds: Option<&Kinds>,
+    kinds: &Kinds,
+    hvp: bool,
     stdin: &mut dyn Read,
 ) -> Outcome {
     let result = (|| {
@@ -465,12 +483,11 @@ fn cmd_jvp(
         let func = program.entry(common.func.as_deref()).map_err(Outcome::usage)?;
         let args = read_json_arg("--args", args.unwrap_or("[]"))?;
         let tangent = read_json_arg("--tangent", tangent)?;
-        let out = match kinds {
-            None => program.hvp_json(func, &args, &tangent, &limits),
-            Some(k) => {
-                let kinds = k.resolve(program.module().funcs[func].params.len())?;
-                program.jvp_json_with(func, &args, &tangent, &kinds, &limits)
-            }
+        let kinds = kinds.resolve(program.module().funcs[func].params.len())?;
+        let out = if hvp {
+            program.hvp_json_with(func, &args, &tangent, &kinds, &limits)
+        } else {
+            program.jvp_json_with(func, &args, &tangent, &kinds, &limits)
         };
         derivative_outcome(&program, out)
     })();
@@ -573,8 +590,11 @@ fn cmd_check(
 fn cmd_ir(common: &Common, stage: Stage, kinds: &Kinds, stdin: &mut dyn Read) -> Outcome {
     let result = (|| {
         let program = compile(common, stdin)?;
+        // Argument kinds belong to the entry function, named or not.
+        let has_kinds = !kinds.constant.is_empty() || !kinds.cache.is_empty();
         let func = match &common.func {
             Some(n) => Some(program.entry(Some(n)).map_err(Outcome::usage)?),
+            None if has_kinds => Some(program.entry(None).map_err(Outcome::usage)?),
             None => None,
         };
         if stage == Stage::Primal {
@@ -609,8 +629,13 @@ fn cmd_ir(common: &Common, stage: Stage, kinds: &Kinds, stdin: &mut dyn Read) ->
                 .collect();
             return Ok(Outcome::ok(texts.join("\n")));
         }
+        // With constant arguments, the entry's own rule.
+        let entry_kinds = match func {
+            Some(f) => kinds.resolve(program.module().funcs[f].params.len())?,
+            None => Vec::new(),
+        };
         let d = program
-            .differentiate(&mcir::AdOptions::default())
+            .differentiate_with(&mcir::AdOptions::default(), func, &entry_kinds)
             .map_err(|e| Outcome::program(format!("error: {e}\n")))?;
         let mut out = String::new();
         for f in funcs {

@@ -111,14 +111,109 @@ fn argument_kinds_are_checked() {
             out.stderr
         );
     }
-    // Writing values that depend on the other arguments into a constant is refused.
-    let text = "fn main(c: f64[], x: f64) -> f64 {\n    c[0] = x;\n    return c[0];\n}\n";
+}
+
+/// A constant that comes to carry a derivative (values that depend on the other
+/// arguments are written into it, directly or by a callee) gets a zero shadow of its own
+/// inside the derived function, so nothing is lost.
+#[test]
+fn derivatives_that_pass_through_a_constant_are_kept() {
+    let text = "fn put(c: f64[], x: f64) {\n    c[1] = x * 2.0;\n}\n\
+                fn main(c: f64[], x: f64) -> f64 {\n    c[0] = x;\n    put(c, x);\n    return c[0] * c[1] + c[2];\n}\n";
     let path = std::env::temp_dir().join(format!("mcir-const-{}.mcir", std::process::id()));
     std::fs::write(&path, text).unwrap();
+    let p = path.to_str().unwrap();
+    // value 2 x^2 + c2: derivative 4 x = 6 at x = 1.5.
+    for engine in ENGINES {
+        assert_eq!(
+            run(&["grad", p, "--args", "[[0, 0, 5], 1.5]", "--const", "0"], engine),
+            r#"{"value": 9.5, "gradient": [null, 6.0]}"#
+        );
+        assert_eq!(
+            run(&["jvp", p, "--args", "[[0, 0, 5], 1.5]", "--tangent", "[null, 1]", "--const", "0"], engine),
+            r#"{"value": 9.5, "tangent": 6.0, "args_tangent": [null, 1.0]}"#
+        );
+    }
+    std::fs::remove_file(&path).ok();
+}
+
+/// In reverse mode too, the rule for a constant argument takes no shadow of it and makes
+/// none when the constant is only read.
+#[test]
+fn the_reverse_rule_for_a_constant_argument_has_no_shadow_of_it() {
+    let p = scratch();
+    let fwd = run(&["ir", &p, "--fn", "main", "--stage", "fwd", "--const", "0"], &[]);
+    let signature = fwd.lines().nth(1).unwrap();
+    assert!(
+        signature.starts_with(
+            "fn @main$fwd$const(%a_0: f64[,], %x_1: f64[], %buf_2: f64[], %dx_3: f64[], %dbuf_4: f64[])"
+        ),
+        "{signature}"
+    );
+    let rev = run(&["ir", &p, "--fn", "main", "--stage", "rev", "--const", "0"], &[]);
+    for pass in [&fwd, &rev] {
+        assert!(!pass.contains("%da"), "no shadow of the constant:\n{pass}");
+        assert!(!pass.contains("zeros_like"), "no shadow is made for the constant:\n{pass}");
+    }
+    // The general rule has one, and its reverse pass accumulates into it.
+    let rev = run(&["ir", &p, "--fn", "main", "--stage", "rev"], &[]);
+    assert!(rev.contains("%da_"), "{rev}");
+}
+
+/// `hvp`, `hessian` and `jacobian` take argument kinds too: constant and cache
+/// arguments are not inputs (no row or column, a `null` gradient and HVP).
+#[test]
+fn second_order_commands_take_argument_kinds() {
+    let p = root().join("tests/arg_kinds/quadratic.mcir").to_string_lossy().to_string();
+    let args = "[[[2, 1], [1, 3]], [1, 2], 2]";
+    for engine in ENGINES {
+        // Every argument active: A's four entries, x's two and s are inputs.
+        let all: serde_json::Value =
+            serde_json::from_str(&run(&["hessian", &p, "--args", args], engine)).unwrap();
+        assert_eq!(all["hessian"].as_array().unwrap().len(), 7);
+        // With A constant, the Hessian is the block of (x, s): s (A + A^T) / 2, A x, 0.
+        let text = run(&["hessian", &p, "--args", args, "--const", "0"], engine);
+        assert_eq!(
+            text,
+            r#"{"value": 18.0, "gradient": [null, [8.0, 14.0], 9.0], "hessian": [[4.0, 2.0, 4.0], [2.0, 6.0, 7.0], [4.0, 7.0, 0.0]]}"#
+        );
+        let block: serde_json::Value = serde_json::from_str(&text).unwrap();
+        for r in 0..3 {
+            for c in 0..3 {
+                assert_eq!(all["hessian"][4 + r][4 + c], block["hessian"][r][c]);
+            }
+        }
+        assert_eq!(
+            run(
+                &[
+                    "hvp",
+                    &p,
+                    "--args",
+                    args,
+                    "--tangent",
+                    "[null, [1, 0], null]",
+                    "--const",
+                    "0",
+                    "--cache",
+                    "2"
+                ],
+                engine
+            ),
+            r#"{"value": 18.0, "gradient": [null, [8.0, 14.0], null], "hvp": [null, [4.0, 2.0], null]}"#
+        );
+        assert_eq!(
+            run(&["jacobian", &p, "--args", args, "--const", "0"], engine),
+            r#"{"value": 18.0, "jacobian": [[8.0, 14.0, 9.0]]}"#
+        );
+        assert_eq!(
+            run(&["jacobian", &p, "--args", args, "--const", "0", "--const", "2"], engine),
+            r#"{"value": 18.0, "jacobian": [[8.0, 14.0]]}"#
+        );
+    }
     let out =
-        mcc(&["jvp", path.to_str().unwrap(), "--args", "[[0], 1]", "--tangent", "[null, 1]", "--const", "0"]);
-    assert_eq!(out.code, 1, "{}", out.stderr);
-    assert!(out.stderr.contains("`c` is constant"), "{}", out.stderr);
+        mcc(&["hvp", &p, "--args", args, "--tangent", "[[[1, 0], [0, 0]], [1, 0], null]", "--const", "0"]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("is constant, so its tangent must be null"), "{}", out.stderr);
 }
 
 /// The same through the Rust API on values.
