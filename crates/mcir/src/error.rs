@@ -40,6 +40,8 @@ pub enum EntryError {
     Ambiguous(Vec<String>),
     /// The program has no functions.
     NoFunctions,
+    /// The function takes a function argument, which no caller outside the program can give.
+    TakesFunction(String),
 }
 
 impl fmt::Display for EntryError {
@@ -54,6 +56,11 @@ impl fmt::Display for EntryError {
                 all.join(", ")
             ),
             EntryError::NoFunctions => f.write_str("the program defines no functions"),
+            EntryError::TakesFunction(n) => write!(
+                f,
+                "`{n}` takes a function as an argument, so it cannot be called from outside the program; \
+                 call it from another function"
+            ),
         }
     }
 }

@@ -61,6 +61,9 @@ pub struct Program {
     vjp_cache: Arc<grad::VjpCache>,
     jvp_cache: Arc<forward::JvpCache>,
     hvp_cache: Arc<forward::HvpCache>,
+    /// Functions that take a function argument: they exist only as specialised copies,
+    /// so none can be an entry point.
+    generic: Arc<Vec<String>>,
 }
 
 impl Program {
@@ -89,7 +92,11 @@ impl Program {
         let result =
             stack::on_compiler_thread(stack::bytes_for(&limits), move || compile_module(&src.text, &limits));
         match result {
-            Some(Ok(module)) => Ok(Program::from_parts(source, module)),
+            Some(Ok((module, generic))) => {
+                let mut p = Program::from_parts(source, module);
+                p.generic = Arc::new(generic);
+                Ok(p)
+            }
             Some(Err(diagnostics)) => Err(CompileError { source, diagnostics }),
             None => {
                 Err(fail("internal compiler error: the compiler thread panicked or could not start".into()))
@@ -106,6 +113,7 @@ impl Program {
             vjp_cache: Default::default(),
             jvp_cache: Default::default(),
             hvp_cache: Default::default(),
+            generic: Default::default(),
         }
     }
 
@@ -136,18 +144,31 @@ impl Program {
     }
 
     /// The function `name`, or without a name: `main` if there is one, else the only function.
+    ///
+    /// Only the program's own functions are candidates: not the functions made for its
+    /// closures and specialised copies (their names contain `$`).
     pub fn entry(&self, name: Option<&str>) -> Result<FuncId, EntryError> {
-        let names = || self.module.funcs.values().map(|f| f.name.clone()).collect::<Vec<_>>();
+        let own: Vec<(FuncId, &str)> = self
+            .module
+            .funcs
+            .iter()
+            .filter(|(_, f)| !f.name.contains('$'))
+            .map(|(id, f)| (id, f.name.as_str()))
+            .collect();
+        let names = || own.iter().map(|(_, n)| n.to_string()).collect::<Vec<_>>();
         match name {
-            Some(n) => {
-                self.module.func_by_name(n).ok_or_else(|| EntryError::NoSuchFunction(n.to_string(), names()))
-            }
+            Some(n) => match own.iter().find(|(_, f)| *f == n) {
+                Some((id, _)) => Ok(*id),
+                None if self.generic.iter().any(|g| g == n) => Err(EntryError::TakesFunction(n.to_string())),
+                None => Err(EntryError::NoSuchFunction(n.to_string(), names())),
+            },
             None => {
-                if let Some(f) = self.module.func_by_name("main") {
-                    return Ok(f);
+                if let Some((id, _)) = own.iter().find(|(_, f)| *f == "main") {
+                    return Ok(*id);
                 }
-                match self.module.funcs.len() {
-                    1 => Ok(self.module.funcs.keys().next().ok_or(EntryError::NoFunctions)?),
+                match own.len() {
+                    1 => Ok(own[0].0),
+                    0 if !self.generic.is_empty() => Err(EntryError::TakesFunction(self.generic[0].clone())),
                     0 => Err(EntryError::NoFunctions),
                     _ => Err(EntryError::Ambiguous(names())),
                 }
@@ -202,11 +223,16 @@ pub(crate) fn native_error(e: mcir_jit::JitError) -> RuntimeError {
     }
 }
 
-fn compile_module(text: &str, limits: &SourceLimits) -> Result<Module, Vec<mcir_syntax::Diagnostic>> {
+/// The module, and the names of the functions that take a function argument.
+fn compile_module(
+    text: &str,
+    limits: &SourceLimits,
+) -> Result<(Module, Vec<String>), Vec<mcir_syntax::Diagnostic>> {
     let parsed = mcir_syntax::parse_with(text, limits);
     if !parsed.diagnostics.is_empty() {
         return Err(parsed.diagnostics);
     }
+    let generic = mcir_lower::generic_functions(&parsed.program);
     let mut module = mcir_lower::lower_program(&parsed.program)?;
     let ids: Vec<FuncId> = module.funcs.keys().collect();
     for id in ids {
@@ -220,5 +246,5 @@ fn compile_module(text: &str, limits: &SourceLimits) -> Result<Module, Vec<mcir_
             Default::default(),
         )]);
     }
-    Ok(module)
+    Ok((module, generic))
 }

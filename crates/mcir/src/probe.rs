@@ -31,6 +31,8 @@ pub fn source_name(op: &Op) -> Option<String> {
         Op::MapFPowI => "** (integer power, elementwise)".to_string(),
         Op::Sum => "sum".to_string(),
         Op::Dot => "dot".to_string(),
+        Op::MatMul(_) => "matmul".to_string(),
+        Op::MatVec(_) => "matvec".to_string(),
         Op::ArrayFill => "fill (zeros, ones)".to_string(),
         Op::ArrayCopy => "copy".to_string(),
         _ => return None,

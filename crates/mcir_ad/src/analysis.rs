@@ -358,7 +358,13 @@ pub(crate) fn varied_values(
                             }
                         }
                     }
-                    Op::CopyInto | Op::AddInto | Op::MoveAdd | Op::Axpy => {
+                    Op::CopyInto
+                    | Op::AddInto
+                    | Op::MoveAdd
+                    | Op::Axpy
+                    | Op::MatMulAcc(_)
+                    | Op::MatVecAcc(_)
+                    | Op::OuterAcc => {
                         if any(&varied, &d.args[1..]) {
                             mark(d.args[0], &mut varied);
                         }
@@ -375,6 +381,8 @@ pub(crate) fn varied_values(
                     | Op::TrustedLoad
                     | Op::Sum
                     | Op::Dot
+                    | Op::MatMul(_)
+                    | Op::MatVec(_)
                     | Op::ArrayDim(_)
                     | Op::ArrayCopy
                     | Op::MapFBinary(_)
@@ -412,6 +420,8 @@ pub(crate) fn varied_values(
                     | Op::TrustedLoad
                     | Op::Sum
                     | Op::Dot
+                    | Op::MatMul(_)
+                    | Op::MatVec(_)
                     | Op::ArrayFill
                     | Op::ArrayLit(_)
                     | Op::ArrayCopy

@@ -396,6 +396,8 @@ fn forward_inst(
             | Op::MapFBinary(_)
             | Op::MapFUnary(_)
             | Op::MapFPowI
+            | Op::MatMul(_)
+            | Op::MatVec(_)
                 if has_tangent(types, rt) =>
             {
                 let s = fw.e.val(Op::ZerosLike, vec![nr], rt);

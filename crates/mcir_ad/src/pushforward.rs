@@ -661,6 +661,40 @@ impl Builder<'_> {
                 };
                 shadow(self.fresh_array(t, rv, start))
             }
+            Op::MatMul(_) | Op::MatVec(_) => {
+                // d(op(A) op(B)) = op(dA) op(B) + op(A) op(dB); likewise for op(A) x.
+                let rv = r_or(r)?;
+                let rt = self.e.ty(rv);
+                let ta = self.array_or_scalar_tangent(lane, pa[0])?;
+                let tb = self.array_or_scalar_tangent(lane, pa[1])?;
+                let acc = match op {
+                    Op::MatMul(t) => Op::MatMulAcc(*t),
+                    Op::MatVec(t) => Op::MatVecAcc(*t),
+                    _ => return Err(self.err("not a product".into())),
+                };
+                let out = match ta {
+                    Some(ta) => self.e.val(op.clone(), vec![ta, a[1]], rt),
+                    None => self.e.val(Op::ZerosLike, vec![rv], rt),
+                };
+                if let Some(tb) = tb {
+                    self.e.eff(acc, vec![out, a[0], tb]);
+                }
+                shadow(out)
+            }
+            Op::MatMulAcc(_) | Op::MatVecAcc(_) | Op::OuterAcc => {
+                // d(C += L R) = dL R + L dR, added into C's shadow.
+                if !self.varies(pa[0]) {
+                    return Ok(None);
+                }
+                let sd = self.ds(lane, pa[0])?;
+                if let Some(tl) = self.array_or_scalar_tangent(lane, pa[1])? {
+                    self.e.eff(op.clone(), vec![sd, tl, a[2]]);
+                }
+                if let Some(tr) = self.array_or_scalar_tangent(lane, pa[2])? {
+                    self.e.eff(op.clone(), vec![sd, a[1], tr]);
+                }
+                None
+            }
             Op::RefNew => {
                 let Some(rt) = rty.filter(|&t| has_tangent(types, t)) else { return Ok(None) };
                 let ct = self.primal.value_type(pa[0]);

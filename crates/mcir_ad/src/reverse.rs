@@ -13,7 +13,8 @@ use crate::tangent::{field_leaf_ranges, has_tangent, rdata_leaves, tangent_type,
 use crate::{AdError, RuleIds};
 use mcir_ir::entity::EntityRef;
 use mcir_ir::{
-    Block, BlockCall, CmpOp, FBinOp, FUnOp, Function, Inst, Op, Terminator, Type, TypeId, TypeTable, Value,
+    Block, BlockCall, CmpOp, FBinOp, FUnOp, Function, Inst, Op, Terminator, Transpose, Type, TypeId,
+    TypeTable, Value,
 };
 use std::collections::HashMap;
 
@@ -465,6 +466,17 @@ impl<'a> Reverse<'a> {
             self.e.eff(Op::AddInto, vec![shadow, t]);
         } else {
             self.e.eff(Op::AddInto, vec![shadow, t]);
+        }
+    }
+
+    /// An array adjoint scaled by 1.5 when this op's rule is corrupted on purpose.
+    fn corrupt_array(&mut self, g: Value) -> Value {
+        if self.corrupting {
+            let c = self.e.fconst(1.5);
+            let ty = self.e.ty(g);
+            self.e.val(Op::MapFBinary(FBinOp::Mul), vec![g, c], ty)
+        } else {
+            g
         }
     }
 
@@ -966,7 +978,49 @@ impl<'a> Reverse<'a> {
                     }
                 }
             }
-            Op::MapFBinary(_) | Op::MapFUnary(_) | Op::MapFPowI if !self.varies(self.result(inst)?) => {}
+            Op::MapFBinary(_) | Op::MapFUnary(_) | Op::MapFPowI | Op::MatMul(_) | Op::MatVec(_)
+                if !self.varies(self.result(inst)?) => {}
+            Op::MatMul(t) => {
+                // C = op(A) op(B): each operand's adjoint is a product of the other with
+                // C's adjoint, transposed to fit (A B: dA += gC Bᵀ, dB += Aᵀ gC).
+                let r = self.result(inst)?;
+                let gc = self.shadow(r)?;
+                let gc = self.corrupt_array(gc);
+                let tr = |a: bool, b: bool| Transpose { a, b };
+                // For each operand: the product's transposition, and whether the adjoint
+                // comes first (the other operand second) or second.
+                let (rule_a, rule_b) = match (t.a, t.b) {
+                    (false, false) => ((tr(false, true), true), (tr(true, false), false)),
+                    (true, false) => ((tr(false, true), false), (tr(false, false), false)),
+                    (false, true) => ((tr(false, false), true), (tr(true, false), true)),
+                    (true, true) => ((tr(true, true), false), (tr(true, true), true)),
+                };
+                for (x, other, (t, adjoint_first)) in [(a[0], a[1], rule_a), (a[1], a[0], rule_b)] {
+                    if self.varies(x) {
+                        let sx = self.shadow(x)?;
+                        let o = self.fwdv(other)?;
+                        let (l, rr) = if adjoint_first { (gc, o) } else { (o, gc) };
+                        self.e.eff(Op::MatMulAcc(t), vec![sx, l, rr]);
+                    }
+                }
+            }
+            Op::MatVec(t) => {
+                // y = op(A) x: dA += gy xᵀ (x gyᵀ when transposed), dx += op(A)ᵀ gy.
+                let r = self.result(inst)?;
+                let gy = self.shadow(r)?;
+                let gy = self.corrupt_array(gy);
+                if self.varies(a[0]) {
+                    let sa = self.shadow(a[0])?;
+                    let fx = self.fwdv(a[1])?;
+                    let (l, rr) = if *t { (fx, gy) } else { (gy, fx) };
+                    self.e.eff(Op::OuterAcc, vec![sa, l, rr]);
+                }
+                if self.varies(a[1]) {
+                    let sx = self.shadow(a[1])?;
+                    let fa = self.fwdv(a[0])?;
+                    self.e.eff(Op::MatVecAcc(!*t), vec![sx, fa, gy]);
+                }
+            }
             Op::MapFBinary(op) => {
                 let r = self.result(inst)?;
                 let gs = self.shadow(r)?;
@@ -1073,6 +1127,9 @@ impl<'a> Reverse<'a> {
             | Op::AddInto
             | Op::Axpy
             | Op::MoveAdd
+            | Op::MatMulAcc(_)
+            | Op::MatVecAcc(_)
+            | Op::OuterAcc
             | Op::StackNew
             | Op::StackPush
             | Op::StackPop
@@ -1362,6 +1419,9 @@ fn writes_memory(op: &Op) -> bool {
             | Op::AddInto
             | Op::Axpy
             | Op::MoveAdd
+            | Op::MatMulAcc(_)
+            | Op::MatVecAcc(_)
+            | Op::OuterAcc
             | Op::RefStore
             | Op::MutStore(..)
             | Op::Call(_)

@@ -68,6 +68,8 @@ const DIFFERENTIABLE_BUILTINS: &[&str] = &[
     "fmax",
     "array.sum",
     "array.dot",
+    "array.matmul",
+    "array.matvec",
     "array.copy",
     "array.fill",
     "fadd",

@@ -49,6 +49,30 @@ fn programs_print_parse_and_run() {
         if let Some(m) = json_mismatch(&actual, &expect, 1e-9, "$") {
             failures.push(format!("{name}: {m}\n  got {}", out.stdout.trim()));
         }
+        // An independently computed gradient, where the case gives one (`// grad:`), on
+        // both engines, within `// grad_tol:` (default 1e-9).
+        if let Some(g) = header(&text, "grad") {
+            let expect: Json = serde_json::from_str(&g).expect("grad header");
+            let tol: f64 = header(&text, "grad_tol").map(|t| t.parse().expect("grad_tol")).unwrap_or(1e-9);
+            for engine in [&[][..], &["--interp"][..]] {
+                let args = header(&text, "args").unwrap_or_else(|| "[]".into());
+                let mut words = vec!["grad", path.to_str().unwrap(), "--args", &args];
+                let f = header(&text, "fn");
+                if let Some(f) = &f {
+                    words.extend(["--fn", f.as_str()]);
+                }
+                words.extend(engine);
+                let out = mcc(&words);
+                if out.code != 0 {
+                    failures.push(format!("{name}: mcc grad {engine:?} failed:\n{}", out.stderr));
+                    continue;
+                }
+                let actual: Json = serde_json::from_str(&out.stdout).unwrap();
+                if let Some(m) = json_mismatch(&actual, &expect, tol, "$") {
+                    failures.push(format!("{name} (grad {engine:?}): {m}\n  got {}", out.stdout.trim()));
+                }
+            }
+        }
     }
     assert!(
         failures.is_empty(),

@@ -1,6 +1,7 @@
 //! The execution loop: one frame per active call, kept in a vector.
 
 use crate::json::write_value;
+use crate::kernels;
 use crate::value::{Array, ArrayData, ArrayRef, Val};
 use mcir_ir::entity::EntityRef;
 use mcir_ir::*;
@@ -57,6 +58,14 @@ pub enum RuntimeErrorKind {
         /// The second operand's shape.
         right: Vec<usize>,
     },
+    /// A matrix product whose operands' inner extents differ (the extents of the
+    /// operands as multiplied, after any transposition).
+    MatrixShapes {
+        /// The left operand's extents.
+        left: Vec<usize>,
+        /// The right operand's extents.
+        right: Vec<usize>,
+    },
     /// Integer division or remainder by zero.
     DivisionByZero,
     /// An `i64` result out of range.
@@ -109,6 +118,9 @@ impl fmt::Display for RuntimeErrorKind {
             }
             RuntimeErrorKind::ShapeMismatch { left, right } => {
                 write!(f, "shape mismatch: an array of shape {left:?} and one of shape {right:?}")
+            }
+            RuntimeErrorKind::MatrixShapes { left, right } => {
+                write!(f, "matrix product of shapes {left:?} and {right:?}: the inner extents differ")
             }
             RuntimeErrorKind::DivisionByZero => f.write_str("integer division by zero"),
             RuntimeErrorKind::IntegerOverflow => {
@@ -263,6 +275,14 @@ impl<'m> Interpreter<'m> {
         Ok(())
     }
 
+    /// A fresh `f64` buffer of `count` zeros for a product, checked against the limits
+    /// and charged before it is taken (a product can be far larger than its operands).
+    fn fresh_f64(&mut self, count: usize) -> Result<Vec<f64>, Kind> {
+        self.alloc_check(count)?;
+        self.charge(ARRAY_HEADER_BYTES + (count as u64).saturating_mul(8))?;
+        filled(0.0, count)
+    }
+
     /// Counts `bytes` more against the call's limit on memory.
     fn charge(&mut self, bytes: u64) -> Result<(), Kind> {
         self.allocated = self.allocated.saturating_add(bytes);
@@ -391,6 +411,55 @@ impl<'m> Interpreter<'m> {
                     }
                     _ => return Err(internal("dot of non-f64 arrays")),
                 }
+            }
+            Op::MatMul(t) => {
+                let (x, y) = (array(a, 0)?, array(a, 1)?);
+                let (xe, ye) = (extents2(x)?, extents2(y)?);
+                let (m, n) = kernels::matmul_shape(xe, ye, *t)?;
+                let mut out = self.fresh_f64(m.saturating_mul(n))?;
+                kernels::matmul_acc(&mut out, &f64_data(x)?, xe, &f64_data(y)?, ye, *t);
+                Val::Array(Array::new(vec![m, n], ArrayData::F64(out)))
+            }
+            Op::MatVec(t) => {
+                let (x, v) = (array(a, 0)?, array(a, 1)?);
+                let xe = extents2(x)?;
+                let m = kernels::matvec_len(xe, v.shape.first().copied().unwrap_or(0), *t)?;
+                let mut out = self.fresh_f64(m)?;
+                kernels::matvec_acc(&mut out, &f64_data(x)?, xe, &f64_data(v)?, *t);
+                Val::Array(Array::new(vec![m], ArrayData::F64(out)))
+            }
+            Op::MatMulAcc(t) => {
+                let (c, x, y) = (array(a, 0)?, array(a, 1)?, array(a, 2)?);
+                let (xe, ye) = (extents2(x)?, extents2(y)?);
+                let (m, n) = kernels::matmul_shape(xe, ye, *t)?;
+                if c.shape != [m, n] {
+                    return Err(Kind::ShapeMismatch { left: c.shape.clone(), right: vec![m, n] });
+                }
+                // Operands are copied first, so that one may be the accumulator itself.
+                let (xd, yd) = (f64_data(x)?, f64_data(y)?);
+                update_f64(c, |d| kernels::matmul_acc(d, &xd, xe, &yd, ye, *t))?;
+                Val::Unit
+            }
+            Op::MatVecAcc(t) => {
+                let (out, x, v) = (array(a, 0)?, array(a, 1)?, array(a, 2)?);
+                let xe = extents2(x)?;
+                let m = kernels::matvec_len(xe, v.shape.first().copied().unwrap_or(0), *t)?;
+                if out.shape != [m] {
+                    return Err(Kind::ShapeMismatch { left: out.shape.clone(), right: vec![m] });
+                }
+                let (xd, vd) = (f64_data(x)?, f64_data(v)?);
+                update_f64(out, |d| kernels::matvec_acc(d, &xd, xe, &vd, *t))?;
+                Val::Unit
+            }
+            Op::OuterAcc => {
+                let (c, x, y) = (array(a, 0)?, array(a, 1)?, array(a, 2)?);
+                let want = vec![x.shape.first().copied().unwrap_or(0), y.shape.first().copied().unwrap_or(0)];
+                if c.shape != want {
+                    return Err(Kind::ShapeMismatch { left: c.shape.clone(), right: want });
+                }
+                let (xd, yd) = (f64_data(x)?, f64_data(y)?);
+                update_f64(c, |d| kernels::outer_acc(d, &xd, &yd))?;
+                Val::Unit
             }
             Op::MapFBinary(op) => map_binary(a, |x: f64, y: f64| Ok(op.eval(x, y)))?,
             Op::MapIBinary(op) => map_binary(a, |x: i64, y: i64| op.eval(x, y).map_err(int_error))?,
@@ -581,6 +650,12 @@ fn allocated_bytes(op: &Op, out: &Val) -> u64 {
         | Op::CopyInto
         | Op::Sum
         | Op::Dot
+        // Products are charged before they are taken.
+        | Op::MatMul(_)
+        | Op::MatVec(_)
+        | Op::MatMulAcc(_)
+        | Op::MatVecAcc(_)
+        | Op::OuterAcc
         | Op::RefLoad
         | Op::RefStore
         | Op::TupleNew
@@ -657,6 +732,14 @@ fn array<'v>(a: &[&'v Val], k: usize) -> Result<&'v ArrayRef, Kind> {
 }
 
 /// A copy of an `f64` array's elements (a copy, so that source and destination may alias).
+/// The extents of a rank-2 array.
+fn extents2(arr: &Array) -> Result<(usize, usize), Kind> {
+    match arr.shape[..] {
+        [r, c] => Ok((r, c)),
+        _ => Err(internal("expected an array of rank 2")),
+    }
+}
+
 fn f64_data(arr: &Array) -> Result<Vec<f64>, Kind> {
     match &*arr.data.borrow() {
         ArrayData::F64(v) => Ok(v.clone()),

@@ -10,6 +10,7 @@
 
 mod exec;
 pub mod json;
+pub mod kernels;
 mod value;
 
 pub use exec::{Interpreter, Limits, RuntimeError, RuntimeErrorKind};

@@ -23,7 +23,7 @@ pub use function::{
     Block, BlockCall, BlockData, FuncId, Function, Inst, InstData, Module, Span, Terminator, Value,
     ValueData, ValueDef,
 };
-pub use op::{f64_to_i64, powi, CmpOp, FBinOp, FUnOp, IBinOp, IUnOp, IntError, Op};
+pub use op::{f64_to_i64, powi, CmpOp, FBinOp, FUnOp, IBinOp, IUnOp, IntError, Op, Transpose};
 pub use parse::{parse_module, ParseError};
 pub use print::{print_function, print_module};
 pub use types::{Scalar, StructDef, StructId, Type, TypeId, TypeTable};

@@ -115,6 +115,30 @@ pub enum CmpOp {
     Ge,
 }
 
+/// Which operands of a matrix product are transposed: `op(A) op(B)`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Transpose {
+    /// `A` is transposed.
+    pub a: bool,
+    /// `B` is transposed.
+    pub b: bool,
+}
+
+impl Transpose {
+    /// `A B`.
+    pub const NONE: Transpose = Transpose { a: false, b: false };
+
+    /// The suffix of the mnemonic: `""`, `.tn`, `.nt` or `.tt`.
+    pub fn suffix(self) -> &'static str {
+        match (self.a, self.b) {
+            (false, false) => "",
+            (true, false) => ".tn",
+            (false, true) => ".nt",
+            (true, true) => ".tt",
+        }
+    }
+}
+
 /// An operation. Operands are the instruction's `args`; immediates live in the variant.
 ///
 /// The result type of every instruction is recorded on its result value, so ops that
@@ -182,6 +206,17 @@ pub enum Op {
     MapFUnary(FUnOp),
     /// `map.fpowi`: `f64 array ** i64 scalar`.
     MapFPowI,
+    /// `array.matmul[.tn|.nt|.tt]`: `(A, B) -> op(A) op(B)`, a fresh `f64[,]`; the inner
+    /// extents must agree.
+    MatMul(Transpose),
+    /// `array.matvec[.t]`: `(A, x) -> op(A) x`, a fresh `f64[]`.
+    MatVec(bool),
+    /// `array.matmul_acc[..]`: `(C, A, B)` performs `C += op(A) op(B)` in place.
+    MatMulAcc(Transpose),
+    /// `array.matvec_acc[.t]`: `(y, A, x)` performs `y += op(A) x` in place.
+    MatVecAcc(bool),
+    /// `array.outer_acc`: `(C, x, y)` performs `C += x yᵀ` in place.
+    OuterAcc,
 
     /// `ref.new`: a fresh cell holding the operand.
     RefNew,
@@ -522,6 +557,11 @@ impl Op {
             | Op::Store
             | Op::CopyInto
             | Op::Dot
+            | Op::MatMul(_)
+            | Op::MatVec(_)
+            | Op::MatMulAcc(_)
+            | Op::MatVecAcc(_)
+            | Op::OuterAcc
             | Op::MapFBinary(_)
             | Op::MapIBinary(_)
             | Op::RefStore

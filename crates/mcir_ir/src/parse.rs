@@ -657,6 +657,33 @@ impl Parser {
             "array.copy_into" => Op::CopyInto,
             "array.sum" => Op::Sum,
             "array.dot" => Op::Dot,
+            "array.outer_acc" => Op::OuterAcc,
+            m if m.starts_with("array.matmul") || m.starts_with("array.matvec") => {
+                // `array.matmul_acc.tn` is `array.matmul_acc` with the suffix `.tn`.
+                let head = "array.".len();
+                let (base, suffix) = match m[head..].find('.') {
+                    Some(k) => m.split_at(head + k),
+                    None => (m, ""),
+                };
+                let t = [
+                    Transpose::NONE,
+                    Transpose { a: true, b: false },
+                    Transpose { a: false, b: true },
+                    Transpose { a: true, b: true },
+                ]
+                .into_iter()
+                .find(|t| t.suffix() == suffix);
+                match (base, suffix, t) {
+                    ("array.matmul", _, Some(t)) => Op::MatMul(t),
+                    ("array.matmul_acc", _, Some(t)) => Op::MatMulAcc(t),
+                    ("array.matvec", "" | ".t", _) => Op::MatVec(suffix == ".t"),
+                    ("array.matvec_acc", "" | ".t", _) => Op::MatVecAcc(suffix == ".t"),
+                    _ => {
+                        self.pos -= 1;
+                        return self.error(format!("unknown operation `{m}`"));
+                    }
+                }
+            }
             "map.fpowi" => Op::MapFPowI,
             "ref.new" => Op::RefNew,
             "ref.load" => Op::RefLoad,

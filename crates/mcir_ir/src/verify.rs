@@ -321,6 +321,40 @@ impl Verifier<'_> {
                 }
                 want(&[args[0]], Some(TypeTable::scalar(elem)))
             }
+            Op::MatMul(_) | Op::MatVec(_) | Op::MatMulAcc(_) | Op::MatVecAcc(_) | Op::OuterAcc => {
+                let f64_rank =
+                    |v: Option<TypeId>, rank: u8| v.and_then(|x| t.as_array(x)) == Some((Scalar::F64, rank));
+                // The ranks of (accumulator, left, right) or of (left, right) -> result.
+                let (ranks, acc): (&[u8], bool) = match d.op {
+                    Op::MatMul(_) => (&[2, 2, 2], false),
+                    Op::MatVec(_) => (&[2, 1, 1], false),
+                    Op::MatMulAcc(_) => (&[2, 2, 2], true),
+                    Op::MatVecAcc(_) => (&[1, 2, 1], true),
+                    _ => (&[2, 1, 1], true),
+                };
+                let ok = if acc {
+                    args.len() == 3
+                        && (0..3).all(|i| f64_rank(args.get(i).copied(), ranks[i]))
+                        && result.is_none()
+                } else {
+                    args.len() == 2
+                        && f64_rank(args.first().copied(), ranks[0])
+                        && f64_rank(args.get(1).copied(), ranks[1])
+                        && f64_rank(result, ranks[2])
+                };
+                if ok {
+                    Ok(())
+                } else {
+                    Err(match d.op {
+                        Op::MatMul(_) => "takes two f64[,] and yields an f64[,]",
+                        Op::MatVec(_) => "takes an f64[,] and an f64[] and yields an f64[]",
+                        Op::MatMulAcc(_) => "takes three f64[,] and yields nothing",
+                        Op::MatVecAcc(_) => "takes an f64[], an f64[,] and an f64[] and yields nothing",
+                        _ => "takes an f64[,] and two f64[] and yields nothing",
+                    }
+                    .into())
+                }
+            }
             Op::Dot => match array_of(0) {
                 Some((Scalar::F64, 1)) => want(&[args[0], args[0]], Some(f64_)),
                 _ => Err("takes two f64[]".into()),

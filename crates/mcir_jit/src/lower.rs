@@ -59,6 +59,11 @@ rtfns! {
     "mc_sum_f64" => mc_sum_f64 as extern "C" fn(_, _, _) -> _, [P, P, P] -> Some(F);
     "mc_sum_i64" => mc_sum_i64 as extern "C" fn(_, _, _) -> _, [P, P, P] -> Some(P);
     "mc_dot" => mc_dot as extern "C" fn(_, _, _, _) -> _, [P, P, P, P] -> Some(F);
+    "mc_matmul" => mc_matmul as extern "C" fn(_, _, _, _, _) -> _, [P, P, P, P, P] -> Some(P);
+    "mc_matvec" => mc_matvec as extern "C" fn(_, _, _, _, _) -> _, [P, P, P, P, P] -> Some(P);
+    "mc_matmul_acc" => mc_matmul_acc as extern "C" fn(_, _, _, _, _, _), [P, P, P, P, P, P] -> None;
+    "mc_matvec_acc" => mc_matvec_acc as extern "C" fn(_, _, _, _, _, _), [P, P, P, P, P, P] -> None;
+    "mc_outer_acc" => mc_outer_acc as extern "C" fn(_, _, _, _, _), [P, P, P, P, P] -> None;
     "mc_map_f64" => mc_map_f64 as extern "C" fn(_, _, _, _, _, _, _) -> _, [P, P, P, P, P, P, F] -> Some(P);
     "mc_map_i64" => mc_map_i64 as extern "C" fn(_, _, _, _, _, _, _) -> _, [P, P, P, P, P, P, P] -> Some(P);
     "mc_map_unary" => mc_map_unary as extern "C" fn(_, _, _, _) -> _, [P, P, P, P] -> Some(P);
@@ -898,6 +903,23 @@ impl FnLower<'_, '_> {
                 let s = fallible_site(self);
                 let s = self.b.ins().iconst(P, s);
                 self.rt_call_checked("mc_dot", &[self.ctx, s, args[0], args[1]])
+            }
+            Op::MatMul(_) | Op::MatVec(_) | Op::MatMulAcc(_) | Op::MatVecAcc(_) | Op::OuterAcc => {
+                let s = fallible_site(self);
+                let s = self.b.ins().iconst(P, s);
+                let (name, code) = match &d.op {
+                    Op::MatMul(t) => ("mc_matmul", Some(t.a as i64 + 2 * t.b as i64)),
+                    Op::MatVec(t) => ("mc_matvec", Some(*t as i64)),
+                    Op::MatMulAcc(t) => ("mc_matmul_acc", Some(t.a as i64 + 2 * t.b as i64)),
+                    Op::MatVecAcc(t) => ("mc_matvec_acc", Some(*t as i64)),
+                    _ => ("mc_outer_acc", None),
+                };
+                let mut call = vec![self.ctx, s];
+                if let Some(code) = code {
+                    call.push(self.b.ins().iconst(P, code));
+                }
+                call.extend(args.iter().copied());
+                self.rt_call_checked(name, &call)
             }
             Op::MapFBinary(_) | Op::MapIBinary(_) => {
                 let s = fallible_site(self);

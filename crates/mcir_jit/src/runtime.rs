@@ -350,6 +350,95 @@ pub(crate) extern "C" fn mc_dot(ctx: *mut Ctx, site: i64, a: *mut u8, b: *mut u8
     })
 }
 
+/// The extents of a rank-2 array.
+fn extents2(a: ArrayRef) -> Result<(usize, usize), Kind> {
+    match a.shape()[..] {
+        [r, c] => Ok((r, c)),
+        _ => Err(Kind::Internal("expected an array of rank 2".into())),
+    }
+}
+
+/// A transposition code of generated code: bit 0 for `A`, bit 1 for `B`.
+fn transpose(code: i64) -> mcir_ir::Transpose {
+    mcir_ir::Transpose { a: code & 1 != 0, b: code & 2 != 0 }
+}
+
+/// The elements of an operand of an accumulating product, copied when they are the
+/// accumulator's own (no view of them may coexist with the accumulator's).
+fn operand(x: ArrayRef, acc: ArrayRef) -> std::borrow::Cow<'static, [f64]> {
+    if x.data() == acc.data() {
+        std::borrow::Cow::Owned(x.f64s().to_vec())
+    } else {
+        std::borrow::Cow::Borrowed(x.f64s())
+    }
+}
+
+pub(crate) extern "C" fn mc_matmul(ctx: *mut Ctx, site: i64, t: i64, a: *mut u8, b: *mut u8) -> *mut u8 {
+    guard(ctx, site, || {
+        let (x, y) = (arr(a)?, arr(b)?);
+        let (xe, ye) = (extents2(x)?, extents2(y)?);
+        let t = transpose(t);
+        let (m, n) = mcir_interp::kernels::matmul_shape(xe, ye, t)?;
+        let out = new_array_with(ctx, ELEM_F64, &[m, n], true)?;
+        mcir_interp::kernels::matmul_acc(out.f64s(), x.f64s(), xe, y.f64s(), ye, t);
+        Ok(Ptr(out.header))
+    })
+    .0
+}
+
+pub(crate) extern "C" fn mc_matvec(ctx: *mut Ctx, site: i64, t: i64, a: *mut u8, v: *mut u8) -> *mut u8 {
+    guard(ctx, site, || {
+        let (x, y) = (arr(a)?, arr(v)?);
+        let xe = extents2(x)?;
+        let m = mcir_interp::kernels::matvec_len(xe, y.len(), t != 0)?;
+        let out = new_array_with(ctx, ELEM_F64, &[m], true)?;
+        mcir_interp::kernels::matvec_acc(out.f64s(), x.f64s(), xe, y.f64s(), t != 0);
+        Ok(Ptr(out.header))
+    })
+    .0
+}
+
+pub(crate) extern "C" fn mc_matmul_acc(ctx: *mut Ctx, site: i64, t: i64, c: *mut u8, a: *mut u8, b: *mut u8) {
+    guard(ctx, site, || {
+        let (acc, x, y) = (arr(c)?, arr(a)?, arr(b)?);
+        let (xe, ye) = (extents2(x)?, extents2(y)?);
+        let t = transpose(t);
+        let (m, n) = mcir_interp::kernels::matmul_shape(xe, ye, t)?;
+        if acc.shape() != [m, n] {
+            return Err(Kind::ShapeMismatch { left: acc.shape(), right: vec![m, n] });
+        }
+        let (xd, yd) = (operand(x, acc), operand(y, acc));
+        mcir_interp::kernels::matmul_acc(acc.f64s(), &xd, xe, &yd, ye, t);
+        Ok(())
+    })
+}
+
+pub(crate) extern "C" fn mc_matvec_acc(ctx: *mut Ctx, site: i64, t: i64, o: *mut u8, a: *mut u8, v: *mut u8) {
+    guard(ctx, site, || {
+        let (acc, x, y) = (arr(o)?, arr(a)?, arr(v)?);
+        let xe = extents2(x)?;
+        let m = mcir_interp::kernels::matvec_len(xe, y.len(), t != 0)?;
+        if acc.shape() != [m] {
+            return Err(Kind::ShapeMismatch { left: acc.shape(), right: vec![m] });
+        }
+        let (xd, yd) = (operand(x, acc), operand(y, acc));
+        mcir_interp::kernels::matvec_acc(acc.f64s(), &xd, xe, &yd, t != 0);
+        Ok(())
+    })
+}
+
+pub(crate) extern "C" fn mc_outer_acc(ctx: *mut Ctx, site: i64, c: *mut u8, a: *mut u8, b: *mut u8) {
+    guard(ctx, site, || {
+        let (acc, x, y) = (arr(c)?, arr(a)?, arr(b)?);
+        if acc.shape() != [x.len(), y.len()] {
+            return Err(Kind::ShapeMismatch { left: acc.shape(), right: vec![x.len(), y.len()] });
+        }
+        let (xd, yd) = (operand(x, acc), operand(y, acc));
+        mcir_interp::kernels::outer_acc(acc.f64s(), &xd, &yd);
+        Ok(())
+    })
+}
+
 /// Operand modes of elementwise binary ops.
 pub(crate) const MODE_ARRAYS: i64 = 0;
 pub(crate) const MODE_ARRAY_SCALAR: i64 = 1;

@@ -2,9 +2,18 @@
 
 use crate::stmt::{FnLower, Typed};
 use crate::Res;
-use mcir_ir::{FBinOp, FUnOp, IBinOp, IUnOp, Op, Scalar, Type, TypeTable};
+use mcir_ir::{FBinOp, FUnOp, IBinOp, IUnOp, Op, Scalar, Transpose, Type, TypeTable};
 use mcir_syntax::ast::{Expr, ExprKind, Span};
 use mcir_syntax::Diagnostic;
+
+/// Builtins beyond LANGUAGE.md §6. Unlike those, a program may define a function of the
+/// same name, which then takes precedence.
+pub(crate) const EXTENSION_NAMES: &[&str] = &["matmul", "matvec"];
+
+/// Whether `name` is an extension builtin.
+pub(crate) fn is_extension(name: &str) -> bool {
+    EXTENSION_NAMES.contains(&name)
+}
 
 fn unary_math(name: &str) -> Option<FUnOp> {
     FUnOp::ALL.into_iter().find(|u| *u != FUnOp::Neg && u.name() == name)
@@ -19,7 +28,7 @@ impl FnLower<'_> {
         span: Span,
     ) -> Res<Option<Typed>> {
         let arity: (usize, usize) = match name {
-            "atan2" | "pow" | "min" | "max" | "size" | "dot" => (2, 2),
+            "atan2" | "pow" | "min" | "max" | "size" | "dot" | "matmul" | "matvec" => (2, 2),
             "zeros" | "ones" => (1, 3),
             "fill" => (2, 4),
             _ => (1, 1),
@@ -132,6 +141,21 @@ impl FnLower<'_> {
                     return Err(self.wrong_arg(name, 2, "an f64[]", vals[1], &args[1]));
                 }
                 self.emit(Op::Dot, vec![v0.v, vals[1].v], f64_, span)
+            }
+            "matmul" | "matvec" => {
+                let (m2, v1) = (self.types.array(Scalar::F64, 2), self.types.array(Scalar::F64, 1));
+                if v0.ty != m2 {
+                    return Err(self.wrong_arg(name, 1, "an f64[,]", v0, &args[0]));
+                }
+                let (want, what, op) = if name == "matmul" {
+                    (m2, "an f64[,]", Op::MatMul(Transpose::NONE))
+                } else {
+                    (v1, "an f64[]", Op::MatVec(false))
+                };
+                if vals[1].ty != want {
+                    return Err(self.wrong_arg(name, 2, what, vals[1], &args[1]));
+                }
+                self.emit(op, vec![v0.v, vals[1].v], want, span)
             }
             "copy" => match t0 {
                 Type::Array { .. } => self.emit(Op::ArrayCopy, vec![v0.v], v0.ty, span),

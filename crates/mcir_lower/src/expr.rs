@@ -139,6 +139,7 @@ impl FnLower<'_> {
                 let ty = self.types.intern(Type::Ref(v.ty));
                 self.emit(Op::RefNew, vec![v.v], ty, span)
             }
+            ExprKind::Closure(_) => return Err(self.callable_as_value("a closure", span)),
             ExprKind::Error => return Err(Reported),
         };
         Ok(Some(v))
@@ -146,6 +147,9 @@ impl FnLower<'_> {
 
     fn name(&mut self, n: &str, span: Span) -> Res<Typed> {
         if let Some(b) = self.lookup(n).cloned() {
+            if let crate::stmt::Binding::Callable { .. } = b {
+                return Err(self.callable_as_value(&format!("`{n}`"), span));
+            }
             return self.binding_value(&b);
         }
         if let Some(&c) = self.g.consts.get(n) {
@@ -418,9 +422,21 @@ impl FnLower<'_> {
 
     fn call(&mut self, callee: &Expr, args: &[Expr], span: Span) -> Res<Option<Typed>> {
         let ExprKind::Name(name) = &callee.kind else {
+            // `(|x: f64| x * x)(3.0)`
+            if let Some(c) = self.callable_expr(callee, None)? {
+                let sig = self.callable_sig(&c)?;
+                let args = self.call_args(&sig, args, "this closure", span)?;
+                return self.call_callable(&c, args, span);
+            }
             let d = Diagnostic::error("only functions can be called", callee.span);
             return Err(self.error(d));
         };
+        // A variable holding a closure or function shadows functions of the same name.
+        if let Some(crate::stmt::Binding::Callable { callable, .. }) = self.lookup(name).cloned() {
+            let sig = self.callable_sig(&callable)?;
+            let args = self.call_args(&sig, args, &format!("`{name}`"), span)?;
+            return self.call_callable(&callable, args, span);
+        }
         if let Some(sig) = self.g.funcs.get(name).cloned() {
             if args.len() != sig.params.len() {
                 let msg = format!(
@@ -433,25 +449,19 @@ impl FnLower<'_> {
                 let d = Diagnostic::error(msg, span).with_secondary(sig.span, "defined here");
                 return Err(self.error(d));
             }
-            let mut vals = Vec::new();
-            for (i, (a, &pty)) in args.iter().zip(&sig.params).enumerate() {
-                let v = self.expr(a)?;
-                self.expect_type(v, pty, a.span, &format!("argument {} of `{name}`", i + 1))?;
-                vals.push(v.v);
-            }
-            let op = Op::Call(sig.id);
-            return Ok(match sig.ret {
-                Some(r) => Some(self.emit(op, vals, r, span)),
-                None => {
-                    self.emit_effect(op, vals, span);
-                    None
-                }
-            });
+            let args = self.call_args(&sig.fn_sig(), args, &format!("`{name}`"), span)?;
+            let c = crate::callable::Callable {
+                kind: crate::callable::CallableKind::Func(name.clone()),
+                env: None,
+            };
+            return self.call_callable(&c, args, span);
         }
-        if crate::BUILTIN_NAMES.contains(&name.as_str()) {
+        if crate::BUILTIN_NAMES.contains(&name.as_str()) || crate::builtins::is_extension(name) {
             return self.builtin(name, callee.span, args, span);
         }
-        let d = if self.lookup(name).is_some() {
+        let d = if matches!(self.lookup(name), Some(crate::stmt::Binding::Poisoned)) {
+            return Err(Reported);
+        } else if self.lookup(name).is_some() {
             Diagnostic::error(format!("`{name}` is a variable, not a function"), callee.span)
         } else {
             Diagnostic::error(format!("unknown function `{name}`"), callee.span)

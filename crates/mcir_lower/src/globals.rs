@@ -1,6 +1,7 @@
 //! Collecting the program's items before any body is lowered: struct declarations,
 //! constants and function signatures, so that items may be used before they appear.
 
+use crate::callable::{FnSig, PType};
 use crate::{Reported, Res};
 use mcir_ir::{Scalar, StructDef, Type, TypeId, TypeTable};
 use mcir_syntax::ast::*;
@@ -39,10 +40,24 @@ impl ConstVal {
 /// A function's signature.
 #[derive(Clone, Debug)]
 pub(crate) struct Signature {
-    pub id: mcir_ir::FuncId,
-    pub params: Vec<TypeId>,
+    /// The function's id in the module; `None` for a function with a parameter of
+    /// function type, which exists only as instances (see `callable`).
+    pub id: Option<mcir_ir::FuncId>,
+    pub params: Vec<PType>,
     pub ret: Option<TypeId>,
     pub span: Span,
+}
+
+impl Signature {
+    /// Whether some parameter has a function type.
+    pub fn is_generic(&self) -> bool {
+        self.params.iter().any(|p| matches!(p, PType::Fn(_)))
+    }
+
+    /// The signature as a function type.
+    pub fn fn_sig(&self) -> FnSig {
+        FnSig { params: self.params.clone(), ret: self.ret }
+    }
 }
 
 /// Everything the bodies may refer to.
@@ -101,10 +116,43 @@ pub(crate) fn resolve_type(types: &mut TypeTable, t: &TypeExpr, diags: &mut Vec<
         }
         TypeExpr::Fn(_, _, span) => Err(err(
             diags,
-            Diagnostic::error("function types `fn(..) -> R` are not supported yet", *span)
-                .with_note("closures and higher-order functions come in a later version"),
+            Diagnostic::error("a function type `fn(..) -> R` can only be the type of a parameter", *span)
+                .with_note(
+                    "closures and functions are passed to parameters and called; they cannot be stored in \
+                     tuples, structs, refs or arrays, or returned",
+                ),
         )),
     }
+}
+
+/// Resolves the written type of a parameter, which may be a function type.
+pub(crate) fn resolve_param_type(
+    types: &mut TypeTable,
+    t: &TypeExpr,
+    diags: &mut Vec<Diagnostic>,
+) -> Res<PType> {
+    match t {
+        TypeExpr::Fn(params, ret, _) => Ok(PType::Fn(resolve_fn_type(types, params, ret, diags)?)),
+        other => Ok(PType::Val(resolve_type(types, other, diags)?)),
+    }
+}
+
+/// Resolves `fn(params) -> ret`.
+pub(crate) fn resolve_fn_type(
+    types: &mut TypeTable,
+    params: &[TypeExpr],
+    ret: &TypeExpr,
+    diags: &mut Vec<Diagnostic>,
+) -> Res<FnSig> {
+    let mut ps = Vec::new();
+    for p in params {
+        ps.push(resolve_param_type(types, p, diags)?);
+    }
+    let ret = match ret {
+        TypeExpr::Tuple(items, _) if items.is_empty() => None,
+        other => Some(resolve_type(types, other, diags)?),
+    };
+    Ok(FnSig { params: ps, ret })
 }
 
 pub(crate) fn collect(program: &Program, diags: &mut Vec<Diagnostic>) -> Option<Globals> {
@@ -211,6 +259,16 @@ pub(crate) fn collect(program: &Program, diags: &mut Vec<Diagnostic>) -> Option<
         consts.insert(c.name.name.clone(), v);
     }
 
+    for item in &program.items {
+        if let Item::Rule(r) = item {
+            err(
+                diags,
+                Diagnostic::error("hand-written rules are not supported in this version", r.span)
+                    .with_note("remove the rule: the derivative is derived from the function"),
+            );
+        }
+    }
+
     // Function signatures.
     let mut funcs: HashMap<String, Signature> = HashMap::new();
     let mut next_id = 0usize;
@@ -258,7 +316,7 @@ pub(crate) fn collect(program: &Program, diags: &mut Vec<Diagnostic>) -> Option<
                 ok = false;
             }
             names.push(&pname.name);
-            match resolve_type(&mut types, pty, diags) {
+            match resolve_param_type(&mut types, pty, diags) {
                 Ok(t) => params.push(t),
                 Err(_) => ok = false,
             }
@@ -275,9 +333,12 @@ pub(crate) fn collect(program: &Program, diags: &mut Vec<Diagnostic>) -> Option<
             },
         };
         if ok {
-            let id = <mcir_ir::FuncId as mcir_ir::entity::EntityRef>::new(next_id);
-            next_id += 1;
-            funcs.insert(name.clone(), Signature { id, params, ret, span: f.name.span });
+            let mut sig = Signature { id: None, params, ret, span: f.name.span };
+            if !sig.is_generic() {
+                sig.id = Some(<mcir_ir::FuncId as mcir_ir::entity::EntityRef>::new(next_id));
+                next_id += 1;
+            }
+            funcs.insert(name.clone(), sig);
         }
     }
     if diags.len() > start {

@@ -8,6 +8,7 @@
 //! a loop header takes one parameter per outer variable its body assigns.
 
 mod builtins;
+mod callable;
 mod expr;
 mod globals;
 mod stmt;
@@ -31,6 +32,23 @@ pub fn lower_program(program: &Program) -> Result<Module, Vec<Diagnostic>> {
             Err(diags)
         }
     }
+}
+
+/// The functions of `program` with a parameter of function type: they are compiled as
+/// specialised copies, one per combination of functions passed to them.
+pub fn generic_functions(program: &Program) -> Vec<String> {
+    program
+        .items
+        .iter()
+        .filter_map(|item| match item {
+            mcir_syntax::ast::Item::Fn(f)
+                if f.params.iter().any(|(_, t)| matches!(t, mcir_syntax::ast::TypeExpr::Fn(..))) =>
+            {
+                Some(f.name.name.clone())
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// Marks that an error was reported: the caller skips what depended on it.

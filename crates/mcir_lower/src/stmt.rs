@@ -1,12 +1,14 @@
 //! Lowering function bodies: scopes, mutable variables as SSA values, statements and
 //! structured control flow.
 
-use crate::globals::{err, resolve_type, ConstVal, Globals, Signature, NO_GLOBAL_STATE};
+use crate::callable::{Callable, CallableKind, Capture, Captured, Ctx, PType};
+use crate::globals::{err, resolve_type, ConstVal, Globals, NO_GLOBAL_STATE};
 use crate::{Reported, Res};
 use mcir_ir::entity::EntityRef;
 use mcir_ir::{Block, BlockCall, Function, Module, Op, Terminator, TypeId, TypeTable, Value};
-use mcir_syntax::ast::{self, BinOp, Expr, ExprKind, FnDecl, Item, Program, Span, Stmt, StmtKind};
+use mcir_syntax::ast::{self, BinOp, Expr, ExprKind, Item, Program, Span, Stmt, StmtKind};
 use mcir_syntax::Diagnostic;
+use std::cell::RefCell;
 
 /// A value with its type.
 #[derive(Copy, Clone, Debug)]
@@ -22,6 +24,8 @@ pub(crate) enum Binding {
     Fixed { value: Typed, kind: FixedKind, span: Span },
     /// A `let mut` variable: its current value lives in `FnLower::vars`.
     Var { var: usize, ty: TypeId },
+    /// A closure or function: bound by `let`, a parameter of function type, or captured.
+    Callable { callable: Callable, span: Span },
     /// A binding whose initialiser had an error: uses are silently skipped, so that one
     /// mistake is reported once.
     Poisoned,
@@ -32,6 +36,17 @@ pub(crate) enum FixedKind {
     Let,
     Param,
     ForVar,
+    /// Captured by a closure (by value, when the closure was made).
+    Captured,
+}
+
+/// How a function's result type is known.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum RetMode {
+    /// Declared (`None`: returns nothing).
+    Declared(Option<TypeId>),
+    /// A closure's: from its first `return` (nothing if it has none).
+    Infer,
 }
 
 /// An edge into a join block, with the values of the variables live there.
@@ -64,6 +79,13 @@ enum ContinueTarget {
 
 pub(crate) struct FnLower<'g> {
     pub g: &'g Globals,
+    /// Closures and instances, shared by every function being lowered.
+    pub ctx: &'g RefCell<Ctx<'g>>,
+    /// Whether this body is lowered only to check it (a generic body with opaque
+    /// callables): its function is dropped, and nothing it calls is instantiated.
+    pub checking: bool,
+    /// Whether the result type is still to be inferred from the first `return`.
+    infer_ret: bool,
     pub types: TypeTable,
     pub f: Function,
     pub diags: Vec<Diagnostic>,
@@ -82,70 +104,193 @@ pub(crate) struct FnLower<'g> {
 
 pub(crate) fn lower_functions(program: &Program, g: Globals, diags: &mut Vec<Diagnostic>) -> Option<Module> {
     let mut types = g.types.clone();
+    let first_instance = g.funcs.values().filter(|s| s.id.is_some()).count();
+    let ctx = RefCell::new(Ctx::new(first_instance, g.funcs.keys().cloned()));
     let mut funcs: Vec<(mcir_ir::FuncId, Function)> = Vec::new();
     for item in &program.items {
         let Item::Fn(decl) = item else { continue };
         let Some(sig) = g.funcs.get(&decl.name.name) else { continue };
-        let mut fl = FnLower::new(&g, std::mem::take(&mut types), decl, sig);
-        let ok = fl.lower_body(decl).is_ok();
+        if sig.is_generic() {
+            ctx.borrow_mut().decls.insert(decl.name.name.clone(), decl);
+            crate::callable::check_generic(&g, &ctx, &mut types, decl, diags);
+            continue;
+        }
+        let Some(id) = sig.id else { continue };
+        let params: Vec<(ast::Ident, PType)> =
+            decl.params.iter().map(|(n, _)| n.clone()).zip(sig.params.iter().cloned()).collect();
+        let mut fl = FnLower::for_function(
+            &g,
+            &ctx,
+            std::mem::take(&mut types),
+            &decl.name.name,
+            &params,
+            &[],
+            None,
+            RetMode::Declared(sig.ret),
+            decl.span,
+            false,
+        );
+        let ok = fl.lower_block_body(&decl.body, &format!("function `{}`", decl.name.name)).is_ok();
         types = std::mem::take(&mut fl.types);
         diags.append(&mut fl.diags);
         if ok {
-            funcs.push((sig.id, fl.f.remove_unreachable_blocks()));
+            funcs.push((id, fl.f.remove_unreachable_blocks()));
         }
+    }
+    if diags.is_empty() {
+        crate::callable::lower_instances(&g, &ctx, &mut types, diags);
     }
     if !diags.is_empty() {
         return None;
     }
+    funcs.append(&mut ctx.borrow_mut().done);
     funcs.sort_by_key(|(id, _)| *id);
     let mut module = Module::new();
     module.types = types;
-    for (_, f) in funcs {
+    for (i, (id, f)) in funcs.into_iter().enumerate() {
+        if id.index() != i {
+            diags.push(Diagnostic::error(
+                format!("internal error: function ids are not contiguous at `{}`", f.name),
+                Span::default(),
+            ));
+            return None;
+        }
         module.add_function(f);
     }
     Some(module)
 }
 
 impl<'g> FnLower<'g> {
-    fn new(g: &'g Globals, types: TypeTable, decl: &FnDecl, sig: &Signature) -> Self {
-        let params: Vec<(Option<String>, TypeId)> =
-            decl.params.iter().zip(&sig.params).map(|((n, _), &t)| (Some(n.name.clone()), t)).collect();
-        let mut f = Function::new(&decl.name.name, &params, sig.ret);
-        f.span = mcir_ir::Span::new(decl.span.start, decl.span.end);
-        let entry = f.entry();
-        let mut scope = Vec::new();
-        for (i, (pname, _)) in decl.params.iter().enumerate() {
-            let v = f.blocks[entry].params[i];
-            let value = Typed { v, ty: sig.params[i] };
-            scope.push((
-                pname.name.clone(),
-                Binding::Fixed { value, kind: FixedKind::Param, span: pname.span },
-            ));
+    /// A function named `name` being lowered. Its IR parameters: the environment of a
+    /// closure (`env`: what it captured and the environment's type), then one per
+    /// parameter — a value, or for a parameter of function type the environment of the
+    /// callable bound to it (`kinds`, in order; nothing for one without environment).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn for_function(
+        g: &'g Globals,
+        ctx: &'g RefCell<Ctx<'g>>,
+        types: TypeTable,
+        name: &str,
+        params: &[(ast::Ident, PType)],
+        kinds: &[CallableKind],
+        env: Option<(&[Capture], Option<TypeId>)>,
+        ret: RetMode,
+        span: Span,
+        checking: bool,
+    ) -> Self {
+        let mut ir_params: Vec<(Option<String>, TypeId)> = Vec::new();
+        if let Some((_, Some(env_ty))) = env {
+            ir_params.push((Some("env".to_string()), env_ty));
         }
-        FnLower {
+        let mut kind_iter = kinds.iter();
+        let mut bound: Vec<(usize, Option<CallableKind>)> = Vec::new();
+        {
+            let c = ctx.borrow();
+            for (pname, p) in params {
+                match p {
+                    PType::Val(t) => {
+                        bound.push((ir_params.len(), None));
+                        ir_params.push((Some(pname.name.clone()), *t));
+                    }
+                    PType::Fn(_) => {
+                        let k = kind_iter.next().cloned().unwrap_or(CallableKind::Opaque(usize::MAX));
+                        match crate::callable::env_type(&c, &k) {
+                            Some(t) => {
+                                bound.push((ir_params.len(), Some(k)));
+                                ir_params.push((Some(pname.name.clone()), t));
+                            }
+                            None => bound.push((usize::MAX, Some(k))),
+                        }
+                    }
+                }
+            }
+        }
+        let declared = match ret {
+            RetMode::Declared(r) => r,
+            RetMode::Infer => None,
+        };
+        let mut f = Function::new(name, &ir_params, declared);
+        f.span = mcir_ir::Span::new(span.start, span.end);
+        let entry = f.entry();
+        let pvals: Vec<Value> = f.blocks[entry].params.clone();
+        let mut fl = FnLower {
             g,
+            ctx,
+            checking,
+            infer_ret: ret == RetMode::Infer,
             types,
             f,
             diags: Vec::new(),
             cur: entry,
             reachable: true,
-            scopes: vec![scope],
+            scopes: vec![Vec::new()],
             vars: Vec::new(),
             var_names: Vec::new(),
             loops: Vec::new(),
             terminated: vec![false],
+        };
+        // What a closure captured, read from its environment.
+        if let Some((captures, env_ty)) = env {
+            let env_v = env_ty.map(|_| pvals[0]);
+            for c in captures {
+                let part = match (env_v, c.field) {
+                    (Some(e), Some(i)) => {
+                        let fty = match fl.types.get(fl.f.value_type(e)) {
+                            mcir_ir::Type::Tuple(items) => items.get(i as usize).copied(),
+                            _ => None,
+                        };
+                        fty.map(|t| fl.emit(Op::TupleGet(i), vec![e], t, span))
+                    }
+                    _ => None,
+                };
+                if let Some(p) = part {
+                    fl.name_value(p.v, &c.name);
+                }
+                let b = match &c.what {
+                    Captured::Value => match part {
+                        Some(value) => Binding::Fixed { value, kind: FixedKind::Captured, span },
+                        None => Binding::Poisoned,
+                    },
+                    Captured::Callable(k) => Binding::Callable {
+                        callable: Callable { kind: k.clone(), env: part.map(|p| p.v) },
+                        span,
+                    },
+                };
+                fl.bind(&c.name, b);
+            }
         }
+        for ((pname, _), (slot, kind)) in params.iter().zip(bound) {
+            let b = match kind {
+                None => Binding::Fixed {
+                    value: Typed { v: pvals[slot], ty: fl.f.value_type(pvals[slot]) },
+                    kind: FixedKind::Param,
+                    span: pname.span,
+                },
+                Some(k) => Binding::Callable {
+                    callable: Callable { kind: k, env: pvals.get(slot).copied() },
+                    span: pname.span,
+                },
+            };
+            fl.bind(&pname.name, b);
+        }
+        fl
     }
 
-    fn lower_body(&mut self, decl: &FnDecl) -> Res<()> {
-        self.block(&decl.body);
+    /// Lowers a function's (or closure's) block body; `what` names it in errors.
+    pub(crate) fn lower_block_body(&mut self, body: &ast::Block, what: &str) -> Res<()> {
+        self.block(body);
         if self.reachable && self.diags.is_empty() {
-            let close = Span::new(decl.body.span.end.saturating_sub(1), decl.body.span.end);
+            let close = Span::new(body.span.end.saturating_sub(1), body.span.end);
+            if self.infer_ret {
+                // A closure that never returns a value returns nothing.
+                self.infer_ret = false;
+                self.f.ret = None;
+            }
             match self.f.ret {
                 None => self.terminate(Terminator::Return(None), close),
                 Some(t) => {
                     let d = Diagnostic::error(
-                        format!("function `{}` can reach its end without returning a value", decl.name.name),
+                        format!("{what} can reach its end without returning a value"),
                         close,
                     )
                     .with_label(format!("expected a `return` of type {} before here", self.types.display(t)));
@@ -153,6 +298,23 @@ impl<'g> FnLower<'g> {
                 }
             }
         }
+        if self.infer_ret {
+            self.infer_ret = false;
+        }
+        if self.diags.is_empty() {
+            Ok(())
+        } else {
+            Err(Reported)
+        }
+    }
+
+    /// Lowers the body of `|..| e`: it returns `e`, or nothing when `e` gives nothing.
+    pub(crate) fn lower_expr_body(&mut self, e: &Expr) -> Res<()> {
+        let v = self.expr_maybe_unit(e);
+        self.infer_ret = false;
+        let v = v?;
+        self.f.ret = v.map(|v| v.ty);
+        self.terminate(Terminator::Return(v.map(|v| v.v)), e.span);
         if self.diags.is_empty() {
             Ok(())
         } else {
@@ -258,17 +420,18 @@ impl<'g> FnLower<'g> {
         match b {
             Binding::Fixed { value, .. } => Ok(*value),
             Binding::Var { var, ty } => Ok(Typed { v: self.vars[*var], ty: *ty }),
-            Binding::Poisoned => Err(Reported),
+            // Callers handle callables before asking for a value.
+            Binding::Poisoned | Binding::Callable { .. } => Err(Reported),
         }
     }
 
-    fn bind(&mut self, name: &str, b: Binding) {
+    pub(crate) fn bind(&mut self, name: &str, b: Binding) {
         if let Some(scope) = self.scopes.last_mut() {
             scope.push((name.to_string(), b));
         }
     }
 
-    fn name_value(&mut self, v: Value, name: &str) {
+    pub(crate) fn name_value(&mut self, v: Value, name: &str) {
         let is_param = self.f.param_values().contains(&v);
         if let Some(d) = self.f.values.get_mut(v) {
             if d.name.is_none() && !is_param {
@@ -305,6 +468,32 @@ impl<'g> FnLower<'g> {
     fn stmt_inner(&mut self, s: &Stmt) -> Res<()> {
         match &s.kind {
             StmtKind::Let { name, mutable, ty, value } => {
+                let declared_fn = match ty {
+                    Some(t) => crate::callable::annotated_fn_type(&mut self.types, t, &mut self.diags)?,
+                    None => None,
+                };
+                if let Some(c) = self.callable_expr(value, declared_fn.as_ref())? {
+                    if *mutable {
+                        let d = Diagnostic::error(
+                            format!("`{}` holds a function: it cannot be declared `let mut`", name.name),
+                            name.span,
+                        )
+                        .with_note("a variable holding a closure or function cannot be reassigned");
+                        return Err(self.error(d));
+                    }
+                    if let Some(want) = &declared_fn {
+                        self.check_callable_fits(&c, want, value.span, &format!("`{}`", name.name))?;
+                    }
+                    self.bind(&name.name, Binding::Callable { callable: c, span: name.span });
+                    return Ok(());
+                }
+                if declared_fn.is_some() {
+                    let msg = format!(
+                        "`{}` is declared with a function type, but its value is not a function",
+                        name.name
+                    );
+                    return Err(self.error(Diagnostic::error(msg, value.span)));
+                }
                 let declared = match ty {
                     Some(t) => Some(resolve_type(&mut self.types, t, &mut self.diags)?),
                     None => None,
@@ -365,6 +554,11 @@ impl<'g> FnLower<'g> {
                     Some(e) => Some(self.expr(e)?),
                     None => None,
                 };
+                if self.infer_ret {
+                    // A closure's result type is that of its first `return`.
+                    self.infer_ret = false;
+                    self.f.ret = v.map(|v| v.ty);
+                }
                 match (v, self.f.ret) {
                     (None, None) => {}
                     (Some(v), Some(r)) if v.ty == r => {}
@@ -749,6 +943,10 @@ impl<'g> FnLower<'g> {
         let binding = self.lookup(name).cloned();
         match binding {
             Some(Binding::Poisoned) => Err(Reported),
+            Some(Binding::Callable { span: def_span, .. }) => Err(self.error(
+                Diagnostic::error(format!("cannot assign to `{name}`: it holds a function"), place.span)
+                    .with_secondary(def_span, "defined here"),
+            )),
             Some(Binding::Var { var, ty }) => {
                 let rhs = self.expr(value)?;
                 let new = match op {
@@ -789,11 +987,17 @@ impl<'g> FnLower<'g> {
                         "a `for` variable is immutable inside the loop; use a `while` loop to control the index"
                             .to_string(),
                     ),
+                    FixedKind::Captured => (
+                        format!("cannot assign to `{name}`: a closure captures it by value"),
+                        "a closure sees the value a variable had when the closure was made and cannot \
+                         change it; keep state that a closure updates in an array, a ref or a mut struct"
+                            .to_string(),
+                    ),
                 };
+                let label =
+                    if kind == FixedKind::Captured { "captured by this closure" } else { "defined here" };
                 Err(self.error(
-                    Diagnostic::error(msg, place.span)
-                        .with_secondary(def_span, "defined here")
-                        .with_note(note),
+                    Diagnostic::error(msg, place.span).with_secondary(def_span, label).with_note(note),
                 ))
             }
             None if self.g.consts.contains_key(name) => Err(self.error(

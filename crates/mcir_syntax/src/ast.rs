@@ -46,6 +46,36 @@ pub enum Item {
     Struct(StructDecl),
     /// `fn f(..) -> R { .. }`
     Fn(FnDecl),
+    /// `rule reverse f(..) { .. }`, `rule forward f(..) { .. }` or `rule zero f;`
+    Rule(RuleDecl),
+}
+
+/// Which derivative a hand-written rule gives.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum RuleKind {
+    /// A reverse rule: the body returns the value and a pullback closure.
+    Reverse,
+    /// A forward rule: the body returns the value and a pushforward closure.
+    Forward,
+    /// The function's derivative is zero.
+    Zero,
+}
+
+/// A hand-written derivative rule for a function (docs/rules.md).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RuleDecl {
+    /// Reverse, forward or zero.
+    pub kind: RuleKind,
+    /// The function the rule is for.
+    pub name: Ident,
+    /// The parameters, as the function declares them (none for `zero`).
+    pub params: Vec<(Ident, TypeExpr)>,
+    /// The function's return type as written.
+    pub ret: Option<TypeExpr>,
+    /// The rule's body (none for `zero`).
+    pub body: Option<Block>,
+    /// The whole rule.
+    pub span: Span,
 }
 
 /// A global constant.
@@ -303,8 +333,28 @@ pub enum ExprKind {
     StructLit(Ident, Vec<(Ident, Expr)>),
     /// `ref(e)`
     RefNew(Box<Expr>),
+    /// `|params| body`
+    Closure(Box<Closure>),
     /// An expression that did not parse (already reported).
     Error,
+}
+
+/// A closure expression: `|x: T, ..| e` or `|x: T, ..| { .. }`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Closure {
+    /// Its parameters, each with its type.
+    pub params: Vec<(Ident, TypeExpr)>,
+    /// Its body.
+    pub body: ClosureBody,
+}
+
+/// The body of a closure.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ClosureBody {
+    /// `|..| e`: the closure returns `e` (or nothing, when `e` is a call returning nothing).
+    Expr(Expr),
+    /// `|..| { .. }`: a block with `return`s, like a function body.
+    Block(Block),
 }
 
 impl Expr {

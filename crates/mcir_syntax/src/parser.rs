@@ -185,6 +185,7 @@ fn check_expr_depth(program: &Program, max: usize) -> Option<Diagnostic> {
         match item {
             Item::Const(c) => stack.push((&c.value, 1)),
             Item::Fn(f) => blocks.push(&f.body),
+            Item::Rule(r) => blocks.extend(&r.body),
             Item::Struct(_) => {}
         }
     }
@@ -220,6 +221,10 @@ fn check_expr_depth(program: &Program, max: usize) -> Option<Diagnostic> {
                 }
                 ExprKind::Tuple(items) | ExprKind::Array(items) => stack.extend(items.iter().map(|a| (a, d))),
                 ExprKind::StructLit(_, fields) => stack.extend(fields.iter().map(|(_, a)| (a, d))),
+                ExprKind::Closure(c) => match &c.body {
+                    ClosureBody::Expr(body) => stack.push((body, d)),
+                    ClosureBody::Block(b) => blocks.push(b),
+                },
             }
             continue;
         }

@@ -37,12 +37,41 @@ fn show(e: &Expr) -> String {
         ExprKind::Array(items) => format!("[{}]", items.iter().map(show).collect::<Vec<_>>().join(" ")),
         ExprKind::StructLit(n, _) => format!("(struct {})", n.name),
         ExprKind::RefNew(a) => format!("(ref {})", show(a)),
+        ExprKind::Closure(c) => {
+            let ps: Vec<&str> = c.params.iter().map(|(n, _)| n.name.as_str()).collect();
+            match &c.body {
+                ClosureBody::Expr(b) => format!("(closure ({}) {})", ps.join(" "), show(b)),
+                ClosureBody::Block(b) => {
+                    format!("(closure ({}) {{{} statements}})", ps.join(" "), b.stmts.len())
+                }
+            }
+        }
         ExprKind::Error => "ERROR".into(),
     }
 }
 
 fn errors(src: &str) -> Vec<String> {
     parse(src).diagnostics.into_iter().map(|d| d.message).collect()
+}
+
+#[test]
+fn closures_take_everything_to_their_right() {
+    assert_eq!(sexpr("|x: f64| x * 2.0 + y"), "(closure (x) (+ (* x 2.0) y))");
+    assert_eq!(sexpr("|| 1.0"), "(closure () 1.0)");
+    assert_eq!(sexpr("a || b"), "(|| a b)");
+    assert_eq!(sexpr("f(|x: f64, y: f64[]| x, 3.0)"), "(call f (closure (x y) x) 3.0)");
+    assert_eq!(sexpr("|x: f64| { return x; }"), "(closure (x) {1 statements})");
+    assert_eq!(sexpr("(|x: f64| x)(2.0)"), "(call (closure (x) x) 2.0)");
+    assert_eq!(sexpr("|g: fn(f64) -> f64| g(1.0)"), "(closure (g) (call g 1.0))");
+}
+
+#[test]
+fn rules_parse_and_say_what_forms_exist() {
+    let ok = parse("rule zero f;\nrule reverse f(x: f64) -> f64 { return (x, |d: f64| d); }\n");
+    assert!(ok.diagnostics.is_empty(), "{:?}", ok.diagnostics);
+    assert_eq!(ok.program.items.len(), 2);
+    assert!(errors("rule sideways f(x: f64) -> f64 { return x; }")[0].contains("rule reverse"));
+    assert!(errors("rule reverse f;")[0].contains("rule zero f;"));
 }
 
 #[test]
