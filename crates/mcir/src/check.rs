@@ -69,6 +69,20 @@ pub enum Failure {
         /// The same by finite differences.
         finite_difference: f64,
     },
+    /// Forward mode and finite differences disagree along a direction that moves one
+    /// argument only (found when they disagree along a random direction).
+    ForwardArgument {
+        /// The trial (from 1).
+        trial: usize,
+        /// The argument's position.
+        arg: usize,
+        /// Its name.
+        name: String,
+        /// `<JVP(v), w>` by forward mode.
+        forward: f64,
+        /// The same by finite differences.
+        finite_difference: f64,
+    },
     /// Forward and reverse mode disagree: `<JVP(v), w> != <v, VJP(w)>`.
     Adjoint {
         /// The trial (from 1).
@@ -103,6 +117,18 @@ pub enum Failure {
     },
 }
 
+/// A rule that fails the check on its own.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Suspect {
+    /// The builtin or operator the rule is for, as written (`sin`, `* (elementwise)`), or
+    /// the function a hand-written rule is for.
+    pub name: String,
+    /// For a hand-written rule: `reverse` or `forward`, and where it is (`file:line:col`).
+    pub hand_written: Option<(String, String)>,
+    /// What disagrees, naming the argument.
+    pub detail: String,
+}
+
 /// What the checker found.
 #[derive(Clone, Debug, Default)]
 pub struct CheckReport {
@@ -114,8 +140,9 @@ pub struct CheckReport {
     pub skipped: usize,
     /// Every disagreement.
     pub failures: Vec<Failure>,
-    /// Built-in rules that fail on their own, when the function fails: `(rule, detail)`.
-    pub suspects: Vec<(String, String)>,
+    /// Rules that fail on their own, when the function fails: built-in ones, and
+    /// hand-written ones of the functions it calls (or its own).
+    pub suspects: Vec<Suspect>,
     /// Components compared.
     pub compared: usize,
 }
@@ -165,6 +192,12 @@ impl CheckReport {
                     show(*forward),
                     show(*finite_difference)
                 ),
+                Failure::ForwardArgument { trial, arg, name, forward, finite_difference } => writeln!(
+                    s,
+                    "  FAIL trial {trial}: forward mode along argument {arg} (`{name}`) gives {}, finite differences give {}",
+                    show(*forward),
+                    show(*finite_difference)
+                ),
                 Failure::Adjoint { trial, forward, reverse } => writeln!(
                     s,
                     "  FAIL trial {trial}: forward and reverse mode disagree: <JVP(v), w> = {} but <v, VJP(w)> = {}",
@@ -182,8 +215,17 @@ impl CheckReport {
         if self.failures.len() > SHOWN {
             let _ = writeln!(s, "  ... and {} more disagreements", self.failures.len() - SHOWN);
         }
-        for (rule, detail) in &self.suspects {
-            let _ = writeln!(s, "  the rule of `{rule}` is wrong on its own: {detail}");
+        for sus in &self.suspects {
+            let _ = match &sus.hand_written {
+                None => writeln!(s, "  the rule of `{}` is wrong on its own: {}", sus.name, sus.detail),
+                Some((kind, at)) => {
+                    writeln!(
+                        s,
+                        "  the hand-written {kind} rule of `{}` ({at}) is wrong: {}",
+                        sus.name, sus.detail
+                    )
+                }
+            };
         }
         let _ = writeln!(s, "{}", if self.passed() { "ok: all checks agree" } else { "FAILED" });
         s
@@ -208,6 +250,12 @@ impl CheckReport {
                     "check": "forward", "trial": trial,
                     "forward": num(*forward), "finite_difference": num(*finite_difference)
                 }),
+                Failure::ForwardArgument { trial, arg, name, forward, finite_difference } => {
+                    serde_json::json!({
+                        "check": "forward_argument", "trial": trial, "argument": arg, "name": name,
+                        "forward": num(*forward), "finite_difference": num(*finite_difference)
+                    })
+                }
                 Failure::Adjoint { trial, forward, reverse } => serde_json::json!({
                     "check": "adjoint", "trial": trial, "forward": num(*forward), "reverse": num(*reverse)
                 }),
@@ -223,8 +271,16 @@ impl CheckReport {
             };
             fails.push(j);
         }
-        let suspects: Vec<serde_json::Value> =
-            self.suspects.iter().map(|(r, d)| serde_json::json!({"rule": r, "detail": d})).collect();
+        let suspects: Vec<serde_json::Value> = self
+            .suspects
+            .iter()
+            .map(|sus| match &sus.hand_written {
+                None => serde_json::json!({"rule": sus.name, "kind": "builtin", "detail": sus.detail}),
+                Some((kind, at)) => {
+                    serde_json::json!({"rule": sus.name, "kind": kind, "at": at, "detail": sus.detail})
+                }
+            })
+            .collect();
         serde_json::json!({
             "function": self.function, "passed": self.passed(), "trials": self.trials,
             "skipped": self.skipped, "compared": self.compared, "failures": fails, "suspect_rules": suspects
@@ -537,6 +593,9 @@ impl Program {
         let mut report = check_with(self, &mut d, func, fixed.as_deref(), options, limits);
         if !report.failures.is_empty() {
             report.suspects = crate::probe::suspect_rules(self, func, options, limits);
+            report
+                .suspects
+                .extend(crate::probe::suspect_hand_written_rules(self, &mut d, func, options, limits));
         }
         Ok(report)
     }
@@ -739,12 +798,13 @@ pub(crate) fn check_with(
             }
             // Forward mode along the same direction: against finite differences, and
             // against reverse mode over the whole model, <JVP(v), w> = <v, VJP(w)>.
-            let mut vit = v.iter().copied();
-            let tangents: Vec<Val> =
-                x.iter().zip(&f.params).map(|(xv, &t)| tangent_from(types, t, xv, &mut vit)).collect();
-            let x_for_jvp = deep_copy_all(&x);
-            match program.jvp(func, &x_for_jvp, &tangents, limits) {
-                Ok(out) => {
+            // Forward mode along `dir`: the tangents of the result and of the arguments'
+            // state after the call, flattened.
+            let jvp = |dir: &[f64]| {
+                let mut vit = dir.iter().copied();
+                let tangents: Vec<Val> =
+                    x.iter().zip(&f.params).map(|(xv, &t)| tangent_from(types, t, xv, &mut vit)).collect();
+                program.jvp(func, &deep_copy_all(&x), &tangents, limits).map(|out| {
                     let mut dy = Vec::new();
                     if let Some(t) = f.ret {
                         flatten_tangent(types, t, &out.tangent, &mut dy);
@@ -753,6 +813,11 @@ pub(crate) fn check_with(
                     for (g, &t) in out.args_tangent.iter().zip(&f.params) {
                         flatten_tangent(types, t, g, &mut dpost);
                     }
+                    (dy, dpost)
+                })
+            };
+            match jvp(&v) {
+                Ok((dy, dpost)) => {
                     if dy.len() != ybar.len() || dpost.len() != wbar.len() {
                         report.failures.push(Failure::Error {
                             trial,
@@ -768,6 +833,31 @@ pub(crate) fn check_with(
                         let forward = dot(&ybar, &dy) + dot(&wbar, &dpost);
                         if let Some((fd, false)) = directional(&v, forward) {
                             report.failures.push(Failure::Forward { trial, forward, finite_difference: fd });
+                            // Which arguments forward mode gets wrong: one at a time.
+                            for (a, name) in names.iter().enumerate() {
+                                let va: Vec<f64> = comps
+                                    .iter()
+                                    .zip(&v)
+                                    .map(|((arg, _, _), x)| if *arg == a { *x } else { 0.0 })
+                                    .collect();
+                                if va.iter().all(|x| *x == 0.0) {
+                                    continue;
+                                }
+                                let Ok((dya, dpa)) = jvp(&va) else { continue };
+                                if dya.len() != ybar.len() || dpa.len() != wbar.len() {
+                                    continue;
+                                }
+                                let fa = dot(&ybar, &dya) + dot(&wbar, &dpa);
+                                if let Some((fd, false)) = directional(&va, fa) {
+                                    report.failures.push(Failure::ForwardArgument {
+                                        trial,
+                                        arg: a,
+                                        name: name.clone(),
+                                        forward: fa,
+                                        finite_difference: fd,
+                                    });
+                                }
+                            }
                         }
                         let scale = ybar.iter().zip(&dy).map(|(a, b)| (a * b).abs()).sum::<f64>()
                             + wbar.iter().zip(&dpost).map(|(a, b)| (a * b).abs()).sum::<f64>()

@@ -23,7 +23,7 @@ mod probe;
 mod stack;
 
 pub use api::{ApiError, Arg, Function, GradSlot, Prepared};
-pub use check::{CheckOptions, CheckReport, Failure};
+pub use check::{CheckOptions, CheckReport, Failure, Suspect};
 pub use dense::{Hessian, Jacobian, Sweep};
 pub use diagnostics::SourceFile;
 pub use error::{ArgError, CompileError, EntryError, GradError, RunError};

@@ -3,7 +3,7 @@
 //! function, at arguments inside its domain. A rule that fails alone is named in the
 //! report.
 
-use crate::check::{check_with, random_value, CheckOptions, Rng};
+use crate::check::{check_with, random_value, CheckOptions, Rng, Suspect};
 use crate::Program;
 use mcir_interp::{Array, ArrayData, Limits, Val};
 use mcir_ir::{FBinOp, FUnOp, FuncId, Function, Module, Op, Scalar, Terminator, Type, TypeId, TypeTable};
@@ -33,6 +33,7 @@ pub fn source_name(op: &Op) -> Option<String> {
         Op::Dot => "dot".to_string(),
         Op::MatMul(_) => "matmul".to_string(),
         Op::MatVec(_) => "matvec".to_string(),
+        Op::Transpose => "transpose".to_string(),
         Op::ArrayFill => "fill (zeros, ones)".to_string(),
         Op::ArrayCopy => "copy".to_string(),
         _ => return None,
@@ -45,7 +46,7 @@ pub(crate) fn suspect_rules(
     func: FuncId,
     options: &CheckOptions,
     limits: &Limits,
-) -> Vec<(String, String)> {
+) -> Vec<Suspect> {
     let module = &program.module;
     // Functions reachable from `func`.
     let mut seen = HashSet::new();
@@ -75,13 +76,102 @@ pub(crate) fn suspect_rules(
             }
         }
     }
-    let mut out = Vec::new();
+    let mut out: Vec<Suspect> = Vec::new();
     for (op, args, ret) in kinds {
         let Some(name) = source_name(&op) else { continue };
         if let Some(detail) = check_op(program, &op, &args, ret, options, limits) {
-            if !out.iter().any(|(n, _): &(String, String)| *n == name) {
-                out.push((name, detail));
+            if !out.iter().any(|s| s.name == name) {
+                out.push(Suspect { name, hand_written: None, detail });
             }
+        }
+    }
+    out
+}
+
+/// The functions reachable from `func` (itself included), by calls.
+fn reachable(module: &Module, func: FuncId) -> Vec<FuncId> {
+    let mut seen = HashSet::new();
+    let mut order = Vec::new();
+    let mut todo = vec![func];
+    while let Some(f) = todo.pop() {
+        if !seen.insert(f) {
+            continue;
+        }
+        order.push(f);
+        for (_, d) in module.funcs[f].insts.iter() {
+            if let Op::Call(g) = d.op {
+                todo.push(g);
+            }
+        }
+    }
+    order
+}
+
+/// The hand-written rules of `func` and the functions it calls that fail the check on
+/// their own, at random arguments: each named with its kind, where it is, and the
+/// argument that disagrees.
+pub(crate) fn suspect_hand_written_rules(
+    program: &Program,
+    d: &mut crate::grad::Differentiated,
+    func: FuncId,
+    options: &CheckOptions,
+    limits: &Limits,
+) -> Vec<Suspect> {
+    let module = &program.module;
+    let mut out = Vec::new();
+    for g in reachable(module, func) {
+        let kinds: Vec<&mcir_ir::RuleKind> =
+            module.rules.iter().filter(|r| r.func == g).map(|r| &r.kind).collect();
+        if kinds.is_empty() {
+            continue;
+        }
+        let opts = CheckOptions { trials: options.trials.clamp(2, 5), ..options.clone() };
+        let report = check_with(program, d, g, None, &opts, limits);
+        let name = module.funcs[g].name.clone();
+        let at = |kind: &mcir_ir::RuleKind| {
+            let span = match kind {
+                mcir_ir::RuleKind::Reverse { rule, .. } | mcir_ir::RuleKind::Forward { rule, .. } => {
+                    module.funcs[*rule].span
+                }
+                mcir_ir::RuleKind::Zero => module.funcs[g].span,
+            };
+            program.source.location(span.start as usize)
+        };
+        let rule_of = |word: &str| kinds.iter().find(|k| k.word() == word || k.word() == "zero").copied();
+        let mut named = Vec::new();
+        for f in &report.failures {
+            let (word, detail) = match f {
+                crate::check::Failure::Component { arg, component, reverse, finite_difference, .. } => (
+                    "reverse",
+                    format!(
+                        "for argument {arg} (`{component}`) reverse mode gives {}, finite differences give {}",
+                        crate::check::show(*reverse),
+                        crate::check::show(*finite_difference)
+                    ),
+                ),
+                crate::check::Failure::ForwardArgument { arg, name: arg_name, forward, finite_difference, .. } => (
+                    "forward",
+                    format!(
+                        "for argument {arg} (`{arg_name}`) forward mode gives {}, finite differences give {}",
+                        crate::check::show(*forward),
+                        crate::check::show(*finite_difference)
+                    ),
+                ),
+                crate::check::Failure::NotRestored { name: arg, .. } => {
+                    ("reverse", format!("argument `{arg}` is not restored to its entry state"))
+                }
+                _ => continue,
+            };
+            let Some(kind) = rule_of(word) else { continue };
+            if named.contains(&kind.word()) {
+                continue;
+            }
+            named.push(kind.word());
+            out.push(Suspect {
+                name: name.clone(),
+                hand_written: Some((kind.word().to_string(), at(kind))),
+                detail,
+            });
         }
     }
     out

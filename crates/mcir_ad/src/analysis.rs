@@ -383,6 +383,7 @@ pub(crate) fn varied_values(
                     | Op::Dot
                     | Op::MatMul(_)
                     | Op::MatVec(_)
+                    | Op::Transpose
                     | Op::ArrayDim(_)
                     | Op::ArrayCopy
                     | Op::MapFBinary(_)
@@ -422,6 +423,7 @@ pub(crate) fn varied_values(
                     | Op::Dot
                     | Op::MatMul(_)
                     | Op::MatVec(_)
+                    | Op::Transpose
                     | Op::ArrayFill
                     | Op::ArrayLit(_)
                     | Op::ArrayCopy

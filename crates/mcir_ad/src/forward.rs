@@ -398,6 +398,7 @@ fn forward_inst(
             | Op::MapFPowI
             | Op::MatMul(_)
             | Op::MatVec(_)
+            | Op::Transpose
                 if has_tangent(types, rt) =>
             {
                 let s = fw.e.val(Op::ZerosLike, vec![nr], rt);

@@ -19,6 +19,7 @@
 #![deny(missing_docs)]
 
 mod analysis;
+mod custom;
 mod dce;
 mod driver;
 mod emit;
@@ -141,7 +142,7 @@ pub fn derive_with(
     }
     for (fid, primal) in &primals {
         let rule = rules[fid.index()].clone();
-        let (fwd, rev) = derive_function(&mut module, &rules, &rule, primal, options, &[])?;
+        let (fwd, rev) = rule_passes(&mut module, &rules, &rule, *fid, primal, options, &[])?;
         module.funcs[rule.fwd] = fwd;
         module.funcs[rule.rev] = rev;
     }
@@ -149,7 +150,7 @@ pub fn derive_with(
     if let Some((f, constant)) = entry.filter(|(_, c)| c.iter().any(|&k| k)) {
         let primal = module.funcs[f].clone();
         let rule = declare_rule(&mut module, &primal, "$const", &constant);
-        let (fwd, rev) = derive_function(&mut module, &rules, &rule, &primal, options, &constant)?;
+        let (fwd, rev) = rule_passes(&mut module, &rules, &rule, f, &primal, options, &constant)?;
         module.funcs[rule.fwd] = fwd;
         module.funcs[rule.rev] = rev;
         special = Some(EntryRule { func: f, constant, rule });
@@ -173,6 +174,23 @@ fn declare_rule(module: &mut Module, f: &Function, suffix: &str, constant: &[boo
     let fwd = module.add_function(Function::new(&format!("{}$fwd{suffix}", f.name), &fparams, Some(fwd_ret)));
     let rev = module.add_function(Function::new(&format!("{}$rev{suffix}", f.name), &rparams, rev_ret));
     RuleIds { name: f.name.clone(), fwd, rev, tape_sid, tape_ty, fwd_ret, rev_ret }
+}
+
+/// The two passes of `rule`, a rule of `primal` (function `fid`): from its hand-written
+/// reverse or zero rule if it has one, else derived.
+fn rule_passes(
+    module: &mut Module,
+    rules: &[RuleIds],
+    rule: &RuleIds,
+    fid: FuncId,
+    primal: &Function,
+    options: &Options,
+    constant: &[bool],
+) -> Result<(Function, Function), AdError> {
+    match module.rule_of(fid, "reverse").cloned() {
+        Some(kind) => custom::reverse_passes(module, rule, fid, primal, &kind, constant),
+        None => derive_function(module, rules, rule, primal, options, constant),
+    }
 }
 
 /// Builds the two passes of `rule`, a rule of `primal` with the parameters marked

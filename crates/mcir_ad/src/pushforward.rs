@@ -110,14 +110,14 @@ pub fn tangents_with(
         let primal = module.funcs[f].clone();
         let none = vec![false; primal.params.len()];
         let name = tangent_name(&primal.name, width);
-        let built = build(&mut module, &of, &primal, width, &none, &name)?;
+        let built = build_or_custom(&mut module, &of, f, &primal, width, &none, &name)?;
         module.funcs[of[&f]] = crate::dce::remove_dead_code(&built).into_simplified_cfg();
     }
     let mut special = None;
     if let Some((f, constant)) = entry.filter(|(_, c)| c.iter().any(|&k| k)) {
         let primal = module.funcs[f].clone();
         let name = format!("{}$const", tangent_name(&primal.name, width));
-        let built = build(&mut module, &of, &primal, width, &constant, &name)?;
+        let built = build_or_custom(&mut module, &of, f, &primal, width, &constant, &name)?;
         let tf = module.add_function(crate::dce::remove_dead_code(&built).into_simplified_cfg());
         special = Some((f, tf, constant));
     }
@@ -125,6 +125,26 @@ pub fn tangents_with(
         return Err(AdError::internal(&e.func, format!("the tangent IR does not verify: {}", e.message)));
     }
     Ok(Tangents { module, width, of, entry: special })
+}
+
+/// The tangent function of `primal` (function `f`): from its hand-written forward or zero
+/// rule if it has one, else derived.
+fn build_or_custom(
+    module: &mut Module,
+    tans: &HashMap<FuncId, FuncId>,
+    f: FuncId,
+    primal: &Function,
+    width: usize,
+    constant: &[bool],
+    name: &str,
+) -> Result<Function, AdError> {
+    match module.rule_of(f, "forward").cloned() {
+        Some(kind) => {
+            let (params, ret) = tangent_signature(&mut module.types, primal, width, constant);
+            crate::custom::tangent_function(module, f, primal, &kind, width, constant, &params, ret, name)
+        }
+        None => build(module, tans, primal, width, constant, name),
+    }
 }
 
 /// The parameters and result of a tangent function.
@@ -680,6 +700,15 @@ impl Builder<'_> {
                     self.e.eff(acc, vec![out, a[0], tb]);
                 }
                 shadow(out)
+            }
+            Op::Transpose => {
+                let rv = r_or(r)?;
+                let rt = self.e.ty(rv);
+                let t = match self.array_or_scalar_tangent(lane, pa[0])? {
+                    Some(ta) => self.e.val(Op::Transpose, vec![ta], rt),
+                    None => self.e.val(Op::ZerosLike, vec![rv], rt),
+                };
+                shadow(t)
             }
             Op::MatMulAcc(_) | Op::MatVecAcc(_) | Op::OuterAcc => {
                 // d(C += L R) = dL R + L dR, added into C's shadow.

@@ -978,8 +978,23 @@ impl<'a> Reverse<'a> {
                     }
                 }
             }
-            Op::MapFBinary(_) | Op::MapFUnary(_) | Op::MapFPowI | Op::MatMul(_) | Op::MatVec(_)
+            Op::MapFBinary(_)
+            | Op::MapFUnary(_)
+            | Op::MapFPowI
+            | Op::MatMul(_)
+            | Op::MatVec(_)
+            | Op::Transpose
                 if !self.varies(self.result(inst)?) => {}
+            Op::Transpose => {
+                // Y = Aᵀ: dA += gYᵀ.
+                let r = self.result(inst)?;
+                let gy = self.shadow(r)?;
+                let gy = self.corrupt_array(gy);
+                let sa = self.shadow(a[0])?;
+                let ty = self.e.ty(sa);
+                let t = self.e.val(Op::Transpose, vec![gy], ty);
+                self.e.eff(Op::AddInto, vec![sa, t]);
+            }
             Op::MatMul(t) => {
                 // C = op(A) op(B): each operand's adjoint is a product of the other with
                 // C's adjoint, transposed to fit (A B: dA += gC Bᵀ, dB += Aᵀ gC).

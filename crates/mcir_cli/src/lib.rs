@@ -575,6 +575,13 @@ fn cmd_check(
                     "`{}` fails at the arguments checked (see the report); give valid ones with --args",
                     report.function
                 )
+            } else if let Some((sus, (kind, at))) =
+                report.suspects.iter().find_map(|s| s.hand_written.as_ref().map(|h| (s, h)))
+            {
+                format!(
+                    "the hand-written {kind} rule of `{}` at {at} does not agree with finite differences: {}",
+                    sus.name, sus.detail
+                )
             } else {
                 format!(
                     "the derived rule of `{}` does not agree with finite differences (see the report)",

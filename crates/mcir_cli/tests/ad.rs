@@ -70,6 +70,7 @@ const DIFFERENTIABLE_BUILTINS: &[&str] = &[
     "array.dot",
     "array.matmul",
     "array.matvec",
+    "array.transpose",
     "array.copy",
     "array.fill",
     "fadd",

@@ -428,6 +428,13 @@ impl<'m> Interpreter<'m> {
                 kernels::matvec_acc(&mut out, &f64_data(x)?, xe, &f64_data(v)?, *t);
                 Val::Array(Array::new(vec![m], ArrayData::F64(out)))
             }
+            Op::Transpose => {
+                let x = array(a, 0)?;
+                let (r, c) = extents2(x)?;
+                let mut out = self.fresh_f64(r.saturating_mul(c))?;
+                kernels::transpose(&mut out, &f64_data(x)?, (r, c));
+                Val::Array(Array::new(vec![c, r], ArrayData::F64(out)))
+            }
             Op::MatMulAcc(t) => {
                 let (c, x, y) = (array(a, 0)?, array(a, 1)?, array(a, 2)?);
                 let (xe, ye) = (extents2(x)?, extents2(y)?);
@@ -653,6 +660,7 @@ fn allocated_bytes(op: &Op, out: &Val) -> u64 {
         // Products are charged before they are taken.
         | Op::MatMul(_)
         | Op::MatVec(_)
+        | Op::Transpose
         | Op::MatMulAcc(_)
         | Op::MatVecAcc(_)
         | Op::OuterAcc

@@ -95,6 +95,15 @@ pub fn matvec_acc(y: &mut [f64], a: &[f64], ae: (usize, usize), x: &[f64], trans
     }
 }
 
+/// `out = Aᵀ` for an `A` of extents `(rows, cols)`; `out` has `rows * cols` elements.
+pub fn transpose(out: &mut [f64], a: &[f64], (rows, cols): (usize, usize)) {
+    for i in 0..rows {
+        for j in 0..cols {
+            out[j * rows + i] = a[i * cols + j];
+        }
+    }
+}
+
 /// `c += x yᵀ`, `c` of extents `(len x, len y)` (checked by the caller).
 pub fn outer_acc(c: &mut [f64], x: &[f64], y: &[f64]) {
     let n = y.len();

@@ -187,7 +187,55 @@ pub struct Module {
     pub types: TypeTable,
     /// Functions, in source order.
     pub funcs: Arena<FuncId, Function>,
+    /// Hand-written derivative rules, which automatic differentiation uses instead of
+    /// deriving one from the function.
+    pub rules: Vec<CustomRule>,
     names: HashMap<String, FuncId>,
+}
+
+/// A hand-written derivative rule for a function of the module (docs/rules.md).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CustomRule {
+    /// The function the rule is for.
+    pub func: FuncId,
+    /// What it gives.
+    pub kind: RuleKind,
+}
+
+/// What a hand-written rule gives, through functions of the module. With `E` the
+/// environment of the closure the rule's body returned (absent when it captured nothing):
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RuleKind {
+    /// `rule(params..) -> (R, E)` computes the value and what the pullback needs;
+    /// `pullback(E, cotangent of R) -> cotangents of the differentiable parameters` (one
+    /// value, or a tuple of them when there are several).
+    Reverse {
+        /// The rule's body as a function.
+        rule: FuncId,
+        /// The pullback closure as a function.
+        pullback: FuncId,
+    },
+    /// `rule(params..) -> (R, E)`; `pushforward(E, tangents of the differentiable
+    /// parameters..) -> tangent of R`.
+    Forward {
+        /// The rule's body as a function.
+        rule: FuncId,
+        /// The pushforward closure as a function.
+        pushforward: FuncId,
+    },
+    /// The function's derivative is zero.
+    Zero,
+}
+
+impl RuleKind {
+    /// `reverse`, `forward` or `zero`.
+    pub fn word(&self) -> &'static str {
+        match self {
+            RuleKind::Reverse { .. } => "reverse",
+            RuleKind::Forward { .. } => "forward",
+            RuleKind::Zero => "zero",
+        }
+    }
 }
 
 impl Module {
@@ -207,5 +255,15 @@ impl Module {
     /// The function called `name`.
     pub fn func_by_name(&self, name: &str) -> Option<FuncId> {
         self.names.get(name).copied()
+    }
+
+    /// The hand-written rule of `func` of the given kind (`reverse`, `forward`), or a
+    /// `zero` rule, which serves both.
+    pub fn rule_of(&self, func: FuncId, word: &str) -> Option<&RuleKind> {
+        self.rules
+            .iter()
+            .filter(|r| r.func == func)
+            .map(|r| &r.kind)
+            .find(|k| k.word() == word || matches!(k, RuleKind::Zero))
     }
 }

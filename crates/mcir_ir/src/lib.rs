@@ -10,6 +10,7 @@ pub mod bounds;
 pub mod builder;
 pub mod cfg;
 pub mod compact;
+pub mod effects;
 pub mod entity;
 pub mod function;
 pub mod op;
@@ -20,8 +21,8 @@ pub mod types;
 pub mod verify;
 
 pub use function::{
-    Block, BlockCall, BlockData, FuncId, Function, Inst, InstData, Module, Span, Terminator, Value,
-    ValueData, ValueDef,
+    Block, BlockCall, BlockData, CustomRule, FuncId, Function, Inst, InstData, Module, RuleKind, Span,
+    Terminator, Value, ValueData, ValueDef,
 };
 pub use op::{f64_to_i64, powi, CmpOp, FBinOp, FUnOp, IBinOp, IUnOp, IntError, Op, Transpose};
 pub use parse::{parse_module, ParseError};

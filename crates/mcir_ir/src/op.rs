@@ -211,6 +211,8 @@ pub enum Op {
     MatMul(Transpose),
     /// `array.matvec[.t]`: `(A, x) -> op(A) x`, a fresh `f64[]`.
     MatVec(bool),
+    /// `array.transpose`: `A -> Aᵀ`, a fresh `f64[,]`.
+    Transpose,
     /// `array.matmul_acc[..]`: `(C, A, B)` performs `C += op(A) op(B)` in place.
     MatMulAcc(Transpose),
     /// `array.matvec_acc[.t]`: `(y, A, x)` performs `y += op(A) x` in place.
@@ -559,6 +561,7 @@ impl Op {
             | Op::Dot
             | Op::MatMul(_)
             | Op::MatVec(_)
+            | Op::Transpose
             | Op::MatMulAcc(_)
             | Op::MatVecAcc(_)
             | Op::OuterAcc

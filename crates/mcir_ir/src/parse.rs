@@ -157,6 +157,8 @@ pub fn parse_module(src: &str) -> Result<Module, ParseError> {
     while !matches!(p.peek(), Tok::Eof) {
         if p.eat_word("mut") || p.peek_word("struct") {
             p.struct_decl()?;
+        } else if p.eat_word("rule") {
+            p.rule_decl()?;
         } else {
             p.function()?;
         }
@@ -262,6 +264,50 @@ impl Parser {
             }
         }
         Ok(())
+    }
+
+    /// `rule reverse @f = @rule, @pullback`, `rule forward @f = @rule, @pushforward` or
+    /// `rule zero @f` (after `rule`).
+    fn rule_decl(&mut self) -> Result<(), ParseError> {
+        let kind = self.word()?;
+        let func = self.func_ref()?;
+        let kind = match kind.as_str() {
+            "zero" => RuleKind::Zero,
+            "reverse" | "forward" => {
+                self.expect("=")?;
+                let rule = self.func_ref()?;
+                self.expect(",")?;
+                let closure = self.func_ref()?;
+                if kind == "reverse" {
+                    RuleKind::Reverse { rule, pullback: closure }
+                } else {
+                    RuleKind::Forward { rule, pushforward: closure }
+                }
+            }
+            other => {
+                self.pos -= 1;
+                return self.error(format!("unknown rule kind `{other}`: expected reverse, forward or zero"));
+            }
+        };
+        self.module.rules.push(CustomRule { func, kind });
+        Ok(())
+    }
+
+    /// `@name` of a declared function.
+    fn func_ref(&mut self) -> Result<FuncId, ParseError> {
+        match self.next() {
+            Tok::Func(n) => match self.module.func_by_name(&n) {
+                Some(f) => Ok(f),
+                None => {
+                    self.pos -= 1;
+                    self.error(format!("unknown function `@{n}`"))
+                }
+            },
+            t => {
+                self.pos -= 1;
+                self.error(format!("expected `@function`, found {t}"))
+            }
+        }
     }
 
     fn struct_decl(&mut self) -> Result<(), ParseError> {
@@ -658,6 +704,7 @@ impl Parser {
             "array.sum" => Op::Sum,
             "array.dot" => Op::Dot,
             "array.outer_acc" => Op::OuterAcc,
+            "array.transpose" => Op::Transpose,
             m if m.starts_with("array.matmul") || m.starts_with("array.matvec") => {
                 // `array.matmul_acc.tn` is `array.matmul_acc` with the suffix `.tn`.
                 let head = "array.".len();

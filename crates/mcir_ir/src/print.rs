@@ -31,8 +31,25 @@ pub fn print_module(module: &Module) -> String {
         }
         out.push_str(if def.fields.is_empty() { "}\n" } else { " }\n" });
     }
+    for r in &module.rules {
+        let name = |f: FuncId| module.funcs.get(f).map(|f| f.name.as_str()).unwrap_or("?");
+        let _ = match &r.kind {
+            RuleKind::Reverse { rule, pullback: closure }
+            | RuleKind::Forward { rule, pushforward: closure } => {
+                writeln!(
+                    out,
+                    "rule {} @{} = @{}, @{}",
+                    r.kind.word(),
+                    name(r.func),
+                    name(*rule),
+                    name(*closure)
+                )
+            }
+            RuleKind::Zero => writeln!(out, "rule zero @{}", name(r.func)),
+        };
+    }
     for (i, (_, func)) in module.funcs.iter().enumerate() {
-        if i > 0 || module.types.structs().next().is_some() {
+        if i > 0 || module.types.structs().next().is_some() || !module.rules.is_empty() {
             out.push('\n');
         }
         out.push_str(&print_function(module, func));
@@ -244,6 +261,7 @@ pub(crate) fn op_head(types: &TypeTable, op: &Op) -> String {
         Op::MatMulAcc(t) => format!("array.matmul_acc{}", t.suffix()),
         Op::MatVecAcc(t) => format!("array.matvec_acc{}", if *t { ".t" } else { "" }),
         Op::OuterAcc => "array.outer_acc".to_string(),
+        Op::Transpose => "array.transpose".to_string(),
         Op::MapFBinary(b) => format!("map.{}", b.name()),
         Op::MapIBinary(b) => format!("map.{}", b.name()),
         Op::MapFUnary(u) => format!("map.{}", u.name()),

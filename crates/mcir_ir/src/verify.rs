@@ -17,6 +17,11 @@
 //!    the right type per parameter of its target; `ret` matches the declared return type.
 //! 6. **Calls.** The callee exists; arguments and result fit its signature.
 //! 7. **Types are well formed.** Struct and type ids exist in the module's type table.
+//!
+//! And for every hand-written rule of the module (see [`RuleKind`]): the function exists,
+//! has at most one rule of each kind (a `zero` rule is alone), and the rule's functions
+//! fit it — the rule takes the function's parameters and returns `(R, E)` or `(R,)` with
+//! `R` the function's result; the closure takes `E` first exactly when there is one.
 
 use crate::cfg::ControlFlow;
 use crate::entity::EntityRef;
@@ -47,6 +52,64 @@ impl std::error::Error for VerifyError {}
 pub fn verify_module(module: &Module) -> Result<(), VerifyError> {
     for (_, func) in module.funcs.iter() {
         verify_function(module, func)?;
+    }
+    for (i, r) in module.rules.iter().enumerate() {
+        verify_rule(module, r, &module.rules[..i])?;
+    }
+    Ok(())
+}
+
+/// Checks a hand-written rule against its function and the rules before it.
+fn verify_rule(module: &Module, r: &CustomRule, earlier: &[CustomRule]) -> Result<(), VerifyError> {
+    let Some(f) = module.funcs.get(r.func) else {
+        return Err(VerifyError {
+            func: "?".into(),
+            message: "a rule for a function that does not exist".into(),
+        });
+    };
+    let fail = |message: String| Err(VerifyError { func: f.name.clone(), message });
+    for e in earlier.iter().filter(|e| e.func == r.func) {
+        if e.kind.word() == r.kind.word()
+            || matches!(e.kind, RuleKind::Zero)
+            || matches!(r.kind, RuleKind::Zero)
+        {
+            return fail(format!("a {} rule after a {} rule", r.kind.word(), e.kind.word()));
+        }
+    }
+    let (rule, closure) = match r.kind {
+        RuleKind::Reverse { rule, pullback } => (rule, pullback),
+        RuleKind::Forward { rule, pushforward } => (rule, pushforward),
+        RuleKind::Zero => return Ok(()),
+    };
+    let (Some(rf), Some(cf)) = (module.funcs.get(rule), module.funcs.get(closure)) else {
+        return fail("the rule names a function that does not exist".into());
+    };
+    if rf.params != f.params {
+        return fail(format!(
+            "the {} rule @{} does not take the function's parameters",
+            r.kind.word(),
+            rf.name
+        ));
+    }
+    let items = match rf.ret.and_then(|t| module.types.try_get(t)) {
+        Some(Type::Tuple(items)) if (1..=2).contains(&items.len()) => items.clone(),
+        _ => {
+            return fail(format!(
+                "the {} rule @{} does not return (value, environment)",
+                r.kind.word(),
+                rf.name
+            ))
+        }
+    };
+    if Some(items[0]) != f.ret {
+        return fail(format!("the {} rule @{} returns a value of another type", r.kind.word(), rf.name));
+    }
+    let env_ok = match items.get(1) {
+        Some(&e) => cf.params.first() == Some(&e),
+        None => true,
+    };
+    if !env_ok {
+        return fail(format!("@{} does not take the environment @{} returns", cf.name, rf.name));
     }
     Ok(())
 }
@@ -355,6 +418,10 @@ impl Verifier<'_> {
                     .into())
                 }
             }
+            Op::Transpose => match array_of(0) {
+                Some((Scalar::F64, 2)) => want(&[args[0]], Some(args[0])),
+                _ => Err("takes an f64[,]".into()),
+            },
             Op::Dot => match array_of(0) {
                 Some((Scalar::F64, 1)) => want(&[args[0], args[0]], Some(f64_)),
                 _ => Err("takes two f64[]".into()),

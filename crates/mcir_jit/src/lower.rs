@@ -63,6 +63,7 @@ rtfns! {
     "mc_matvec" => mc_matvec as extern "C" fn(_, _, _, _, _) -> _, [P, P, P, P, P] -> Some(P);
     "mc_matmul_acc" => mc_matmul_acc as extern "C" fn(_, _, _, _, _, _), [P, P, P, P, P, P] -> None;
     "mc_matvec_acc" => mc_matvec_acc as extern "C" fn(_, _, _, _, _, _), [P, P, P, P, P, P] -> None;
+    "mc_transpose" => mc_transpose as extern "C" fn(_, _, _) -> _, [P, P, P] -> Some(P);
     "mc_outer_acc" => mc_outer_acc as extern "C" fn(_, _, _, _, _), [P, P, P, P, P] -> None;
     "mc_map_f64" => mc_map_f64 as extern "C" fn(_, _, _, _, _, _, _) -> _, [P, P, P, P, P, P, F] -> Some(P);
     "mc_map_i64" => mc_map_i64 as extern "C" fn(_, _, _, _, _, _, _) -> _, [P, P, P, P, P, P, P] -> Some(P);
@@ -903,6 +904,11 @@ impl FnLower<'_, '_> {
                 let s = fallible_site(self);
                 let s = self.b.ins().iconst(P, s);
                 self.rt_call_checked("mc_dot", &[self.ctx, s, args[0], args[1]])
+            }
+            Op::Transpose => {
+                let s = fallible_site(self);
+                let s = self.b.ins().iconst(P, s);
+                self.rt_call_checked("mc_transpose", &[self.ctx, s, args[0]])
             }
             Op::MatMul(_) | Op::MatVec(_) | Op::MatMulAcc(_) | Op::MatVecAcc(_) | Op::OuterAcc => {
                 let s = fallible_site(self);

@@ -398,6 +398,17 @@ pub(crate) extern "C" fn mc_matvec(ctx: *mut Ctx, site: i64, t: i64, a: *mut u8,
     .0
 }
 
+pub(crate) extern "C" fn mc_transpose(ctx: *mut Ctx, site: i64, a: *mut u8) -> *mut u8 {
+    guard(ctx, site, || {
+        let x = arr(a)?;
+        let (r, c) = extents2(x)?;
+        let out = new_array(ctx, ELEM_F64, &[c, r])?;
+        mcir_interp::kernels::transpose(out.f64s(), x.f64s(), (r, c));
+        Ok(Ptr(out.header))
+    })
+    .0
+}
+
 pub(crate) extern "C" fn mc_matmul_acc(ctx: *mut Ctx, site: i64, t: i64, c: *mut u8, a: *mut u8, b: *mut u8) {
     guard(ctx, site, || {
         let (acc, x, y) = (arr(c)?, arr(a)?, arr(b)?);

@@ -8,7 +8,7 @@ use mcir_syntax::Diagnostic;
 
 /// Builtins beyond LANGUAGE.md §6. Unlike those, a program may define a function of the
 /// same name, which then takes precedence.
-pub(crate) const EXTENSION_NAMES: &[&str] = &["matmul", "matvec"];
+pub(crate) const EXTENSION_NAMES: &[&str] = &["matmul", "matvec", "transpose"];
 
 /// Whether `name` is an extension builtin.
 pub(crate) fn is_extension(name: &str) -> bool {
@@ -156,6 +156,12 @@ impl FnLower<'_> {
                     return Err(self.wrong_arg(name, 2, what, vals[1], &args[1]));
                 }
                 self.emit(op, vec![v0.v, vals[1].v], want, span)
+            }
+            "transpose" => {
+                if v0.ty != self.types.array(Scalar::F64, 2) {
+                    return Err(self.wrong_arg(name, 1, "an f64[,]", v0, &args[0]));
+                }
+                self.emit(Op::Transpose, vec![v0.v], v0.ty, span)
             }
             "copy" => match t0 {
                 Type::Array { .. } => self.emit(Op::ArrayCopy, vec![v0.v], v0.ty, span),

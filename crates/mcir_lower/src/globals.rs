@@ -259,16 +259,6 @@ pub(crate) fn collect(program: &Program, diags: &mut Vec<Diagnostic>) -> Option<
         consts.insert(c.name.name.clone(), v);
     }
 
-    for item in &program.items {
-        if let Item::Rule(r) = item {
-            err(
-                diags,
-                Diagnostic::error("hand-written rules are not supported in this version", r.span)
-                    .with_note("remove the rule: the derivative is derived from the function"),
-            );
-        }
-    }
-
     // Function signatures.
     let mut funcs: HashMap<String, Signature> = HashMap::new();
     let mut next_id = 0usize;

@@ -11,6 +11,7 @@ mod builtins;
 mod callable;
 mod expr;
 mod globals;
+mod rules;
 mod stmt;
 
 use mcir_ir::Module;

@@ -47,6 +47,18 @@ pub(crate) enum RetMode {
     Declared(Option<TypeId>),
     /// A closure's: from its first `return` (nothing if it has none).
     Infer,
+    /// A hand-written rule's body, for a function returning this type: each `return`
+    /// gives `(value, closure)`, lowered to `(value, environment)`.
+    Rule(TypeId),
+}
+
+/// What the `return`s of a rule's body have given so far.
+#[derive(Clone, Debug)]
+pub(crate) struct RuleBody {
+    /// The function's result type.
+    pub value_ty: TypeId,
+    /// The closure every `return` gives (one closure, so one pullback or pushforward).
+    pub closure: Option<usize>,
 }
 
 /// An edge into a join block, with the values of the variables live there.
@@ -86,6 +98,8 @@ pub(crate) struct FnLower<'g> {
     pub checking: bool,
     /// Whether the result type is still to be inferred from the first `return`.
     infer_ret: bool,
+    /// Set while lowering a rule's body.
+    pub rule: Option<RuleBody>,
     pub types: TypeTable,
     pub f: Function,
     pub diags: Vec<Diagnostic>,
@@ -137,6 +151,11 @@ pub(crate) fn lower_functions(program: &Program, g: Globals, diags: &mut Vec<Dia
             funcs.push((id, fl.f.remove_unreachable_blocks()));
         }
     }
+    let rules = if diags.is_empty() {
+        crate::rules::lower_rules(program, &g, &ctx, &mut types, diags)
+    } else {
+        Vec::new()
+    };
     if diags.is_empty() {
         crate::callable::lower_instances(&g, &ctx, &mut types, diags);
     }
@@ -157,7 +176,13 @@ pub(crate) fn lower_functions(program: &Program, g: Globals, diags: &mut Vec<Dia
         }
         module.add_function(f);
     }
-    Some(module)
+    crate::rules::check_rules_do_not_write(&module, &rules, diags);
+    module.rules = rules.into_iter().map(|(r, _)| r).collect();
+    if diags.is_empty() {
+        Some(module)
+    } else {
+        None
+    }
 }
 
 impl<'g> FnLower<'g> {
@@ -207,7 +232,7 @@ impl<'g> FnLower<'g> {
         }
         let declared = match ret {
             RetMode::Declared(r) => r,
-            RetMode::Infer => None,
+            RetMode::Infer | RetMode::Rule(_) => None,
         };
         let mut f = Function::new(name, &ir_params, declared);
         f.span = mcir_ir::Span::new(span.start, span.end);
@@ -218,6 +243,10 @@ impl<'g> FnLower<'g> {
             ctx,
             checking,
             infer_ret: ret == RetMode::Infer,
+            rule: match ret {
+                RetMode::Rule(t) => Some(RuleBody { value_ty: t, closure: None }),
+                _ => None,
+            },
             types,
             f,
             diags: Vec::new(),
@@ -286,6 +315,12 @@ impl<'g> FnLower<'g> {
                 self.infer_ret = false;
                 self.f.ret = None;
             }
+            if self.rule.is_some() {
+                let d = Diagnostic::error(format!("{what} can reach its end without returning"), close)
+                    .with_label("expected `return (value, |..| ..)` before here");
+                self.diags.push(d);
+                return Err(Reported);
+            }
             match self.f.ret {
                 None => self.terminate(Terminator::Return(None), close),
                 Some(t) => {
@@ -350,7 +385,7 @@ impl<'g> FnLower<'g> {
     }
 
     /// Ends the current block; what follows is unreachable until a new block is entered.
-    fn terminate(&mut self, term: Terminator, span: Span) {
+    pub(crate) fn terminate(&mut self, term: Terminator, span: Span) {
         if self.reachable {
             self.f.set_terminator(self.cur, term, Self::span(span));
             self.terminated[self.cur.index()] = true;
@@ -549,6 +584,7 @@ impl<'g> FnLower<'g> {
                 self.loops.push(lp);
                 Ok(())
             }
+            StmtKind::Return(value) if self.rule.is_some() => self.rule_return(value.as_ref(), s.span),
             StmtKind::Return(value) => {
                 let v = match value {
                     Some(e) => Some(self.expr(e)?),
