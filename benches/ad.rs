@@ -322,6 +322,22 @@ fn check_baselines() {
         close(&[hv], &[v], name);
         close(&h, &g, name);
     }
+    for name in ["matmul", "matmul_rule", "matmul_builtin"] {
+        let j = args_json(name);
+        let ((mut x, n, _), (mut y, _, _)) = (matrix(&j[0]), matrix(&j[1]));
+        let (mut gx, mut gy) = (vec![0.0; n * n], vec![0.0; n * n]);
+        let v = prepared(name)
+            .value_and_gradient(
+                &mut [Arg::F64Array(&mut x, &[n, n]), Arg::F64Array(&mut y, &[n, n])],
+                &mut [GradSlot::Array(&mut gx), GradSlot::Array(&mut gy)],
+            )
+            .expect("gradient");
+        let (mut c, mut hx, mut hy) = (vec![0.0; n * n], vec![0.0; n * n], vec![0.0; n * n]);
+        let hv = matmul_gradient(&x, &y, n, n, n, &mut c, &mut hx, &mut hy);
+        close(&[hv], &[v], name);
+        close(&hx, &gx, name);
+        close(&hy, &gy, name);
+    }
     let (p, steps) = rk4_inputs();
     let mut hand = [0.0; 7];
     let hv = rk4_gradient(p, steps, &mut hand);
@@ -380,53 +396,66 @@ vector_bench!(sum_sin, "sum_sin", sum_sin_primal, sum_sin_gradient);
 vector_bench!(sum_sin_loop, "sum_sin_loop", sum_sin_primal, sum_sin_gradient);
 vector_bench!(logsumexp, "logsumexp", logsumexp_primal, logsumexp_gradient);
 
-mod matmul {
-    use super::*;
+macro_rules! matrix_bench {
+    ($module:ident, $name:literal) => {
+        mod $module {
+            use super::*;
 
-    fn inputs() -> (Vec<f64>, Vec<f64>, usize) {
-        let j = args_json("matmul");
-        let (a, n, _) = matrix(&j[0]);
-        let (b, _, _) = matrix(&j[1]);
-        (a, b, n)
-    }
+            fn inputs() -> (Vec<f64>, Vec<f64>, usize) {
+                let j = args_json($name);
+                let (a, n, _) = matrix(&j[0]);
+                let (b, _, _) = matrix(&j[1]);
+                (a, b, n)
+            }
 
-    #[divan::bench]
-    fn mcir_primal(b: Bencher) {
-        let mut p = prepared("matmul");
-        let (mut x, mut y, n) = inputs();
-        b.bench_local(|| {
-            p.call(&mut [Arg::F64Array(&mut x, &[n, n]), Arg::F64Array(&mut y, &[n, n])]).expect("call")
-        });
-    }
+            #[divan::bench]
+            fn mcir_primal(b: Bencher) {
+                let mut p = prepared($name);
+                let (mut x, mut y, n) = inputs();
+                b.bench_local(|| {
+                    p.call(&mut [Arg::F64Array(&mut x, &[n, n]), Arg::F64Array(&mut y, &[n, n])])
+                        .expect("call")
+                });
+            }
 
-    #[divan::bench]
-    fn mcir_gradient(b: Bencher) {
-        let mut p = prepared("matmul");
-        let (mut x, mut y, n) = inputs();
-        let (mut gx, mut gy) = (vec![0.0; n * n], vec![0.0; n * n]);
-        b.bench_local(|| {
-            p.value_and_gradient(
-                &mut [Arg::F64Array(&mut x, &[n, n]), Arg::F64Array(&mut y, &[n, n])],
-                &mut [GradSlot::Array(&mut gx), GradSlot::Array(&mut gy)],
-            )
-            .expect("gradient")
-        });
-    }
+            #[divan::bench]
+            fn mcir_gradient(b: Bencher) {
+                let mut p = prepared($name);
+                let (mut x, mut y, n) = inputs();
+                let (mut gx, mut gy) = (vec![0.0; n * n], vec![0.0; n * n]);
+                b.bench_local(|| {
+                    p.value_and_gradient(
+                        &mut [Arg::F64Array(&mut x, &[n, n]), Arg::F64Array(&mut y, &[n, n])],
+                        &mut [GradSlot::Array(&mut gx), GradSlot::Array(&mut gy)],
+                    )
+                    .expect("gradient")
+                });
+            }
 
-    #[divan::bench]
-    fn rust_primal(b: Bencher) {
-        let (x, y, n) = inputs();
-        let mut c = vec![0.0; n * n];
-        b.bench_local(|| matmul_primal(divan::black_box(&x), &y, n, n, n, &mut c));
-    }
+            #[divan::bench]
+            fn rust_primal(b: Bencher) {
+                let (x, y, n) = inputs();
+                let mut c = vec![0.0; n * n];
+                b.bench_local(|| matmul_primal(divan::black_box(&x), &y, n, n, n, &mut c));
+            }
 
-    #[divan::bench]
-    fn rust_gradient(b: Bencher) {
-        let (x, y, n) = inputs();
-        let (mut c, mut gx, mut gy) = (vec![0.0; n * n], vec![0.0; n * n], vec![0.0; n * n]);
-        b.bench_local(|| matmul_gradient(divan::black_box(&x), &y, n, n, n, &mut c, &mut gx, &mut gy));
-    }
+            #[divan::bench]
+            fn rust_gradient(b: Bencher) {
+                let (x, y, n) = inputs();
+                let (mut c, mut gx, mut gy) = (vec![0.0; n * n], vec![0.0; n * n], vec![0.0; n * n]);
+                b.bench_local(|| {
+                    matmul_gradient(divan::black_box(&x), &y, n, n, n, &mut c, &mut gx, &mut gy)
+                });
+            }
+        }
+    };
 }
+
+// The product with loops and its derived rule; the same loops with a hand-written rule
+// (two matrix products); and the `matmul` builtin.
+matrix_bench!(matmul, "matmul");
+matrix_bench!(matmul_rule, "matmul_rule");
+matrix_bench!(matmul_builtin, "matmul_builtin");
 
 mod mlp {
     use super::*;
