@@ -4,6 +4,8 @@
 //!
 //! A program is drawn from a seed, or from any byte string (a fuzzer's input), and mixes
 //! what the language offers: constants, value and `mut` structs, tuples (nested too),
+//! closures (capturing scalars and arrays, changing arrays, nested, passed to a function
+//! that takes a function), hand-written rules,
 //! refs (of scalars and of arrays), `f64` arrays of rank 1 to 3, `i64` and `bool`
 //! arrays, loops with constant and data-dependent trip counts, `while` loops,
 //! branches, `break` and `continue`, early returns, calls with aliased arguments,
@@ -173,7 +175,7 @@ impl Gen<'_, '_> {
     fn statement(&mut self, scope: &mut Scope, indent: usize) {
         let nested = scope.depth < 2;
         let e = |g: &mut Self, s: &Scope| g.real(s, 2);
-        match self.src.below(30) {
+        match self.src.below(35) {
             0 | 1 => {
                 let v = self.name("t");
                 let value = e(self, scope);
@@ -387,6 +389,45 @@ impl Gen<'_, '_> {
                 let value = e(self, scope);
                 self.line(indent, &format!("acc += HALF * tanh({value});"));
             }
+            30 => {
+                // A closure capturing what the scope holds (scalars by value, `x` and `r`
+                // by address), called twice.
+                let f = self.name("f");
+                let body = e(self, scope);
+                self.line(indent, &format!("let {f} = |s: f64| tanh(s * 0.5 + {body});"));
+                let (a, b) = (e(self, scope), e(self, scope));
+                self.line(indent, &format!("acc += {f}({a}) * 0.5 + {f}({b}) * 0.25;"));
+            }
+            31 => {
+                // A closure changing an array it captured.
+                let f = self.name("bump");
+                let i = self.src.below(X_LEN);
+                let body = e(self, scope);
+                self.line(indent, &format!("let {f} = |s: f64| {{ x[{i}] += 0.1 * tanh(s + {body}); }};"));
+                let a = e(self, scope);
+                self.line(indent, &format!("{f}({a});"));
+            }
+            32 => {
+                // A closure passed to a function that takes a function.
+                let (a, b) = (e(self, scope), e(self, scope));
+                self.line(indent, &format!("acc += apply_twice(|s: f64| tanh(s + {a}), {b});"));
+            }
+            33 => {
+                // Nested closures: the inner one captures the outer one's parameter.
+                let f = self.name("outer");
+                let body = e(self, scope);
+                self.line(
+                    indent,
+                    &format!("let {f} = |s: f64| {{ let inner = |u: f64| u * s + {body}; return tanh(inner(s * 0.5)); }};"),
+                );
+                let a = e(self, scope);
+                self.line(indent, &format!("acc += {f}({a});"));
+            }
+            34 => {
+                // A named function and a function with hand-written rules, passed and called.
+                let (a, b) = (e(self, scope), e(self, scope));
+                self.line(indent, &format!("acc += apply_twice(soft, {a}) + 0.1 * softplus({b});"));
+            }
             _ => {
                 let value = e(self, scope);
                 self.line(indent, &format!("acc += tanh(sum(m) * 0.05 + {value} * f64(n % 3));"));
@@ -429,6 +470,30 @@ fn descend(z: f64, n: i64) -> f64 {
 
 fn pair_value(p: Pair) -> f64 {
     return p.a * cos(p.b) + HALF * p.b;
+}
+
+// Calls a function twice.
+fn apply_twice(g: fn(f64) -> f64, v: f64) -> f64 {
+    return g(g(v) * 0.5);
+}
+
+fn soft(z: f64) -> f64 {
+    return tanh(z) * 0.75;
+}
+
+// softplus, with hand-written rules in both modes.
+fn softplus(z: f64) -> f64 {
+    return log1p(exp(z));
+}
+
+rule reverse softplus(z: f64) -> f64 {
+    let s = 1.0 / (1.0 + exp(-z));
+    return (softplus(z), |ybar: f64| ybar * s);
+}
+
+rule forward softplus(z: f64) -> f64 {
+    let s = 1.0 / (1.0 + exp(-z));
+    return (softplus(z), |dz: f64| dz * s);
 }
 ";
 
