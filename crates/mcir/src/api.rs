@@ -104,7 +104,7 @@ impl Program {
     /// The function called `name`.
     pub fn function(&self, name: &str) -> Result<Function<'_>, ApiError> {
         let id = self.module.func_by_name(name).ok_or_else(|| ApiError::NoSuchFunction(name.to_string()))?;
-        Ok(Function { program: self, id, limits: Limits::default() })
+        Ok(Function { program: self, id, limits: Limits::default(), kinds: Vec::new() })
     }
 }
 
@@ -114,6 +114,8 @@ pub struct Function<'p> {
     program: &'p Program,
     id: FuncId,
     limits: Limits,
+    /// How each parameter is differentiated by [`Function::prepare`] (missing: active).
+    kinds: Vec<crate::ArgKind>,
 }
 
 impl<'p> Function<'p> {
@@ -150,6 +152,20 @@ impl<'p> Function<'p> {
             });
         }
         Ok(self)
+    }
+
+    /// The same function with its parameters' kinds for gradients of a [`Prepared`]
+    /// handle: a constant one is not differentiated (no shadow, no derivative: its
+    /// gradient slot must be [`GradSlot::Skip`]), a cache one's contents do not matter.
+    pub fn with_kinds(mut self, kinds: &[crate::ArgKind]) -> Self {
+        self.kinds = kinds.to_vec();
+        self
+    }
+
+    /// Which parameters are constant.
+    fn constant(&self) -> Vec<bool> {
+        let n = self.program.module.funcs[self.id].params.len();
+        (0..n).map(|i| crate::forward::kind_of(&self.kinds, i) == crate::ArgKind::Const).collect()
     }
 
     /// The same function with other resource limits.
@@ -221,7 +237,9 @@ impl<'p> Function<'p> {
     }
 
     fn differentiated(&self) -> Result<Differentiated, ApiError> {
-        self.program.differentiate(&AdOptions::default()).map_err(|e| ApiError::Derive(e.to_string()))
+        self.program
+            .differentiate_with(&AdOptions::default(), Some(self.id), &self.kinds)
+            .map_err(|e| ApiError::Derive(e.to_string()))
     }
 
     /// A handle that calls the function and its gradient on Rust slices, compiled once,
@@ -234,7 +252,7 @@ impl<'p> Function<'p> {
         let mut builder = mcir_jit::Jit::builder(&self.program.module).map_err(native)?;
         builder.add(&self.program.module, &[self.id]).map_err(native)?;
         let mut d = self.differentiated()?;
-        let driver = d.driver(self.id).map_err(|e| ApiError::Derive(e.to_string()))?;
+        let driver = d.driver_with(self.id, &self.constant()).map_err(|e| ApiError::Derive(e.to_string()))?;
         builder.add(d.module(), &[driver]).map_err(native)?;
         let jit = builder.finish(d.module()).map_err(native)?;
         Ok(Prepared {
@@ -382,7 +400,9 @@ impl Prepared<'_> {
     pub fn compile_gradient(&mut self) -> Result<(), ApiError> {
         if self.gradient.is_none() {
             let mut d = self.function.differentiated()?;
-            let driver = d.driver(self.function.id).map_err(|e| ApiError::Derive(e.to_string()))?;
+            let constant = self.function.constant();
+            let driver =
+                d.driver_with(self.function.id, &constant).map_err(|e| ApiError::Derive(e.to_string()))?;
             let jit = mcir_jit::Jit::compile_reachable(d.module(), &[driver])
                 .map_err(|e| ApiError::Derive(e.to_string()))?;
             self.gradient = Some((jit, driver));
@@ -402,6 +422,24 @@ impl Prepared<'_> {
                     Some(TypeTable::I64) => r.i64() as f64,
                     _ => f64::NAN,
                 }
+            });
+        r.map_err(|e| raw_error(self.function.name(), e))
+    }
+
+    /// Calls a function returning an `f64` array and returns its elements, row-major.
+    pub fn call_array(&mut self, args: &mut [Arg<'_>]) -> Result<Vec<f64>, ApiError> {
+        let module = &self.function.program.module;
+        let f = &module.funcs[self.function.id];
+        if !f.ret.is_some_and(|r| module.types.as_array(r).is_some_and(|(e, _)| e == mcir_ir::Scalar::F64)) {
+            return Err(ApiError::Signature {
+                function: f.name.clone(),
+                expected: "a function returning an f64 array".into(),
+                found: self.function.signature(),
+            });
+        }
+        let r =
+            self.primal.call_raw(&mut self.workspace, self.function.id, args, &self.function.limits, |r| {
+                r.f64s().to_vec()
             });
         r.map_err(|e| raw_error(self.function.name(), e))
     }
@@ -433,6 +471,10 @@ impl Prepared<'_> {
         let Some((jit, driver)) = &self.gradient else { return Err(ApiError::Derive("no gradient".into())) };
         let types = &module.types;
         let params = f.params.clone();
+        let constant = self.function.constant();
+        if let Some(i) = (0..grads.len()).find(|&i| constant[i] && !matches!(grads[i], GradSlot::Skip)) {
+            return Err(ApiError::Args(format!("argument {i} is constant: its gradient slot must be Skip")));
+        }
         // The driver takes the arguments, then the result's cotangent.
         let mut all: Vec<Arg<'_>> = Vec::with_capacity(args.len() + 1);
         all.extend(args.iter_mut().map(reborrow));

@@ -202,6 +202,18 @@ impl Differentiated {
         Ok(d)
     }
 
+    /// The VJP driver of `f` with the parameters marked `constant` not differentiated,
+    /// through the rule specialised to them (see [`Program::differentiate_with`], which
+    /// must have been asked for it).
+    pub fn driver_with(&mut self, f: FuncId, constant: &[bool]) -> Result<FuncId, AdError> {
+        if !constant.contains(&true) {
+            return self.driver(f);
+        }
+        let pattern = vec![false; self.derived.module.funcs[f].params.len()];
+        let seeds = SeedPattern { args: pattern };
+        mcir_ad::vjp_driver_with(&mut self.derived, f, &seeds, constant)
+    }
+
     /// The function `f$probe` that runs `f`'s forward pass alone (see
     /// [`mcir_ad::probe_driver`]).
     pub fn probe(&mut self, f: FuncId) -> Result<FuncId, AdError> {

@@ -2,6 +2,8 @@
 //! argument parsing, reading the program and arguments, and mapping every outcome to
 //! the exit status of CLI.md (0 success, 1 program error, 2 command-line error).
 
+pub mod gradbench;
+
 use clap::{Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
 use std::io::Read;
@@ -220,6 +222,13 @@ enum Command {
         #[arg(long, default_value_t = 200)]
         iters: usize,
     },
+    /// A GradBench tool: GradBench's protocol on standard input and output (see
+    /// `docs/performance.md`), with the programs of benches/gradbench.
+    Gradbench {
+        /// A directory of MODULE.mcir programs instead of the built-in ones.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<std::path::PathBuf>,
+    },
     /// Print the IR of the program (or of one function with --fn).
     Ir {
         #[command(flatten)]
@@ -249,6 +258,10 @@ enum Stage {
 /// Runs `mcc` with `args` (the first is the program name), reading `-` from `stdin`.
 /// The command runs on a thread with a large stack (see `COMMAND_STACK`).
 pub fn run(args: Vec<OsString>, stdin: &mut dyn Read) -> Outcome {
+    // A GradBench session talks on stdin and stdout as it goes, line by line.
+    if args.get(1).is_some_and(|a| a == "gradbench") {
+        return gradbench::run(&args, stdin);
+    }
     let mut input = Vec::new();
     let needs_stdin = args.iter().skip(1).any(|a| a == "-");
     if needs_stdin {
@@ -285,6 +298,10 @@ fn run_here(args: Vec<OsString>, stdin: &mut dyn Read) -> Outcome {
     match cli.command {
         Command::Run { common, args } => cmd_run(&common, args.as_deref(), stdin),
         Command::Ir { common, stage, kinds } => cmd_ir(&common, stage, &kinds, stdin),
+        // Reached only through `run`, which hands the session its real input first.
+        Command::Gradbench { .. } => {
+            Outcome::usage("mcc gradbench runs as a process, talking on stdin and stdout")
+        }
         Command::Check { common, args, trials, rtol, seed, json, corrupt_rule } => {
             let options =
                 mcir::CheckOptions { trials, rtol, seed, ad: mcir::AdOptions { corrupt: corrupt_rule } };
