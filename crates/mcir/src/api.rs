@@ -251,19 +251,31 @@ impl<'p> Function<'p> {
         let native = |e: mcir_jit::JitError| ApiError::Derive(e.to_string());
         let mut builder = mcir_jit::Jit::builder(&self.program.module).map_err(native)?;
         builder.add(&self.program.module, &[self.id]).map_err(native)?;
+        let f = &self.program.module.funcs[self.id];
+        if f.ret != Some(TypeTable::F64) {
+            // Nothing to differentiate through a prepared handle: the primal alone.
+            let jit = builder.finish(&self.program.module).map_err(native)?;
+            return Ok(self.prepared(jit, None));
+        }
         let mut d = self.differentiated()?;
-        let driver = d.driver_with(self.id, &self.constant()).map_err(|e| ApiError::Derive(e.to_string()))?;
+        let driver =
+            d.gradient_driver(self.id, &self.constant()).map_err(|e| ApiError::Derive(e.to_string()))?;
         builder.add(d.module(), &[driver]).map_err(native)?;
         let jit = builder.finish(d.module()).map_err(native)?;
-        Ok(Prepared {
+        Ok(self.prepared(jit.clone(), Some((jit, driver))))
+    }
+
+    fn prepared(&self, primal: mcir_jit::Jit, gradient: Option<(mcir_jit::Jit, FuncId)>) -> Prepared<'p> {
+        Prepared {
             function: self.clone(),
-            primal: jit.clone(),
-            gradient: Some((jit, driver)),
+            primal,
+            gradient,
             tangent: None,
             workspace: mcir_jit::Workspace::new(),
             grad_workspace: mcir_jit::Workspace::new(),
             tangent_workspace: mcir_jit::Workspace::new(),
-        })
+            scratch: Vec::new(),
+        }
     }
 }
 
@@ -313,6 +325,8 @@ pub struct Prepared<'p> {
     workspace: mcir_jit::Workspace,
     grad_workspace: mcir_jit::Workspace,
     tangent_workspace: mcir_jit::Workspace,
+    /// Shadows for array arguments whose gradient the caller does not want.
+    scratch: Vec<Vec<f64>>,
 }
 
 impl Prepared<'_> {
@@ -401,8 +415,9 @@ impl Prepared<'_> {
         if self.gradient.is_none() {
             let mut d = self.function.differentiated()?;
             let constant = self.function.constant();
-            let driver =
-                d.driver_with(self.function.id, &constant).map_err(|e| ApiError::Derive(e.to_string()))?;
+            let driver = d
+                .gradient_driver(self.function.id, &constant)
+                .map_err(|e| ApiError::Derive(e.to_string()))?;
             let jit = mcir_jit::Jit::compile_reachable(d.module(), &[driver])
                 .map_err(|e| ApiError::Derive(e.to_string()))?;
             self.gradient = Some((jit, driver));
@@ -472,43 +487,96 @@ impl Prepared<'_> {
         let types = &module.types;
         let params = f.params.clone();
         let constant = self.function.constant();
-        if let Some(i) = (0..grads.len()).find(|&i| constant[i] && !matches!(grads[i], GradSlot::Skip)) {
-            return Err(ApiError::Args(format!("argument {i} is constant: its gradient slot must be Skip")));
+        // Array gradients are written straight into the caller's slots (or scratch memory
+        // for those not wanted), zeroed first: the reverse pass adds into them.
+        let differentiable_array =
+            |i: usize| !constant[i] && has_tangent(types, params[i]) && types.as_array(params[i]).is_some();
+        let mut scratch_needed = 0;
+        for (i, slot) in grads.iter().enumerate() {
+            let t = params[i];
+            match slot {
+                GradSlot::Skip => {
+                    if differentiable_array(i) {
+                        scratch_needed += 1;
+                    }
+                    continue;
+                }
+                _ if constant[i] => {
+                    return Err(ApiError::Args(format!(
+                        "argument {i} is constant: its gradient slot must be Skip"
+                    )))
+                }
+                GradSlot::F64(_) if t == TypeTable::F64 => {}
+                GradSlot::Array(out) if differentiable_array(i) => match args.get(i) {
+                    Some(Arg::F64Array(d, _)) if d.len() == out.len() => {}
+                    Some(Arg::F64Array(d, _)) => {
+                        return Err(ApiError::Args(format!(
+                            "gradient slot {i} has {} elements, the argument {}",
+                            out.len(),
+                            d.len()
+                        )))
+                    }
+                    _ => return Err(ApiError::Args(format!("argument {i} must be an f64 array"))),
+                },
+                _ => {
+                    return Err(ApiError::Args(format!(
+                        "gradient slot {i} does not fit a {}",
+                        types.display(t)
+                    )))
+                }
+            }
         }
-        // The driver takes the arguments, then the result's cotangent.
-        let mut all: Vec<Arg<'_>> = Vec::with_capacity(args.len() + 1);
+        if self.scratch.len() < scratch_needed {
+            self.scratch.resize_with(scratch_needed, Vec::new);
+        }
+        let shapes: Vec<Vec<usize>> = args
+            .iter()
+            .map(|a| match a {
+                Arg::F64Array(_, s) => s.to_vec(),
+                _ => Vec::new(),
+            })
+            .collect();
+        let mut scratch = self.scratch.iter_mut();
+        let mut all: Vec<Arg<'_>> = Vec::with_capacity(2 * args.len() + 1);
         all.extend(args.iter_mut().map(reborrow));
         all.push(Arg::F64(1.0));
-        let name = f.name.clone();
-        let mut bad = None;
-        let value = jit.call_raw(&mut self.grad_workspace, *driver, &mut all, &self.function.limits, |r| {
-            for (i, (slot, &t)) in grads.iter_mut().zip(&params).enumerate() {
-                let g = r.field(1 + i);
-                match slot {
-                    GradSlot::F64(out) if t == TypeTable::F64 => **out = g.f64(),
-                    GradSlot::Array(out) if has_tangent(types, t) && types.as_array(t).is_some() => {
-                        let src = g.f64s();
-                        if src.len() == out.len() {
-                            out.copy_from_slice(src);
-                        } else {
-                            bad = Some(format!(
-                                "gradient slot {i} has {} elements, the argument {}",
-                                out.len(),
-                                src.len()
-                            ));
-                        }
+        // The driver returns (value, one f64 per f64 parameter that is not constant).
+        let mut rdata: Vec<Option<&mut f64>> = Vec::new();
+        for (i, slot) in grads.iter_mut().enumerate() {
+            if params[i] == TypeTable::F64 && !constant[i] {
+                rdata.push(match slot {
+                    GradSlot::F64(out) => Some(out),
+                    _ => None,
+                });
+                continue;
+            }
+            if !differentiable_array(i) {
+                continue;
+            }
+            let n: usize = shapes[i].iter().product();
+            let buf: &mut [f64] = match slot {
+                GradSlot::Array(out) => out,
+                _ => match scratch.next() {
+                    Some(v) => {
+                        v.resize(n, 0.0);
+                        v.as_mut_slice()
                     }
-                    GradSlot::Skip => {}
-                    _ => bad = Some(format!("gradient slot {i} does not fit a {}", types.display(t))),
+                    None => return Err(ApiError::Args("no scratch shadow".into())),
+                },
+            };
+            buf.fill(0.0);
+            all.push(Arg::F64Array(buf, &shapes[i]));
+        }
+        let name = f.name.clone();
+        let value = jit.call_raw(&mut self.grad_workspace, *driver, &mut all, &self.function.limits, |r| {
+            for (k, out) in rdata.iter_mut().enumerate() {
+                if let Some(out) = out {
+                    **out = r.field(1 + k).f64();
                 }
             }
             r.field(0).f64()
         });
-        let value = value.map_err(|e| raw_error(&name, e))?;
-        match bad {
-            Some(m) => Err(ApiError::Args(m)),
-            None => Ok(value),
-        }
+        value.map_err(|e| raw_error(&name, e))
     }
 }
 

@@ -20,6 +20,7 @@ pub use mcir_ad::{AdError, Options as AdOptions};
 pub struct Differentiated {
     derived: Derived,
     drivers: HashMap<(FuncId, Vec<bool>), FuncId>,
+    gradient_drivers: HashMap<(FuncId, Vec<bool>), FuncId>,
     probes: HashMap<FuncId, FuncId>,
     engine: crate::Engine,
     /// Native code of the derived module, by the function called (with what it calls).
@@ -61,6 +62,7 @@ impl Program {
         Ok(Differentiated {
             derived,
             drivers: HashMap::new(),
+            gradient_drivers: HashMap::new(),
             probes: HashMap::new(),
             engine: self.engine,
             native: HashMap::new(),
@@ -212,6 +214,18 @@ impl Differentiated {
         let pattern = vec![false; self.derived.module.funcs[f].params.len()];
         let seeds = SeedPattern { args: pattern };
         mcir_ad::vjp_driver_with(&mut self.derived, f, &seeds, constant)
+    }
+
+    /// The gradient driver of `f` (see [`mcir_ad::gradient_driver`]): array shadows are
+    /// the caller's memory. Parameters marked `constant` need the rule specialised to them.
+    pub fn gradient_driver(&mut self, f: FuncId, constant: &[bool]) -> Result<FuncId, AdError> {
+        let key = (f, constant.iter().map(|&c| !c).collect::<Vec<bool>>());
+        if let Some(&d) = self.gradient_drivers.get(&key) {
+            return Ok(d);
+        }
+        let d = mcir_ad::gradient_driver(&mut self.derived, f, constant)?;
+        self.gradient_drivers.insert(key, d);
+        Ok(d)
     }
 
     /// The function `f$probe` that runs `f`'s forward pass alone (see

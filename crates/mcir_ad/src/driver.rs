@@ -209,6 +209,110 @@ pub fn vjp_driver_with(
     Ok(id)
 }
 
+/// Adds `f$grad` for the primal function `f`, which returns `f64`: the gradient with the
+/// caller's memory as the shadows of array arguments, so that nothing is allocated for
+/// them and nothing copied back. Its parameters are `f`'s, then the result's cotangent,
+/// then one shadow per array parameter that is not `constant`, which the caller zeroes
+/// (the gradient is added into it); it returns `(value, rdata..)` with the cotangent of
+/// every `f64` leaf of the parameters that are not constant, in order. Parameters with
+/// other addresses (refs, records) get zero shadows of their own, as in [`vjp_driver`].
+pub fn gradient_driver(derived: &mut Derived, f: FuncId, constant: &[bool]) -> Result<FuncId, AdError> {
+    let primal = derived.module.funcs[f].clone();
+    let is_constant = |i: usize| constant.get(i).copied().unwrap_or(false);
+    let rule = if constant.iter().any(|&c| c) {
+        match &derived.entry {
+            Some(e) if e.func == f && e.constant == constant => e.rule.clone(),
+            _ => {
+                return Err(AdError::internal(
+                    &primal.name,
+                    "no rule was derived for these constant arguments".to_string(),
+                ))
+            }
+        }
+    } else {
+        derived.rule(f).clone()
+    };
+    let types = &mut derived.module.types;
+    if primal.ret != Some(TypeTable::F64) {
+        return Err(AdError::internal(
+            &primal.name,
+            "a gradient driver for a function not returning f64".into(),
+        ));
+    }
+    let mut params: Vec<(Option<String>, TypeId)> = Vec::new();
+    for (&p, &t) in primal.param_values().iter().zip(&primal.params) {
+        params.push((primal.values[p].name.clone(), t));
+    }
+    params.push((Some("result_seed".into()), TypeTable::F64));
+    let own_shadow = |types: &TypeTable, i: usize, t: TypeId| {
+        !is_constant(i) && types.as_array(t).is_some() && has_tangent(types, t)
+    };
+    for (i, (&p, &t)) in primal.param_values().iter().zip(&primal.params).enumerate() {
+        if own_shadow(types, i, t) {
+            params.push((primal.values[p].name.as_ref().map(|n| format!("d{n}")), t));
+        }
+    }
+    let mut outs = vec![TypeTable::F64];
+    for (i, &t) in primal.params.iter().enumerate() {
+        if !is_constant(i) {
+            outs.extend(rdata_leaves(types, t).iter().map(|_| TypeTable::F64));
+        }
+    }
+    let ret = types.intern(Type::Tuple(outs));
+    let name = format!("{}$grad", primal.name);
+    let types = &mut derived.module.types;
+    let mut e = Emit::new(Function::new(&name, &params, Some(ret)));
+    e.span = primal.span;
+    let pv: Vec<Value> = e.func.param_values().to_vec();
+    let np = primal.params.len();
+    let xs = &pv[..np];
+    let seed = pv[np];
+    let mut given = pv[np + 1..].iter().copied();
+    // The shadows: the caller's for arrays, zero ones of their own for other addresses.
+    let mut fargs: Vec<Value> = xs.to_vec();
+    for (i, &t) in primal.params.iter().enumerate() {
+        if is_constant(i) {
+            continue;
+        }
+        if own_shadow(types, i, t) {
+            fargs.extend(given.next());
+            continue;
+        }
+        for leaf in fdata_leaves(types, t) {
+            let part = primal_extract(&mut e, types, xs[i], &leaf.path);
+            fargs.push(zero_shadow(&mut e, types, leaf.ty, part)?);
+        }
+    }
+    let out = e.val(Op::Call(rule.fwd), fargs, rule.fwd_ret);
+    let y = e.tuple_get(types, out, 0);
+    let tape = e.tuple_get(types, out, 1);
+    let rd = e.func.push_inst(e.block, Op::Call(rule.rev), vec![tape, seed], rule.rev_ret, primal.span);
+    let mut items = vec![y];
+    let mut k = 0u32;
+    for (i, &t) in primal.params.iter().enumerate() {
+        for _ in rdata_leaves(types, t) {
+            if !is_constant(i) {
+                items.push(match rd {
+                    Some(rd) => e.tuple_get(types, rd, k),
+                    None => e.fconst(0.0),
+                });
+            }
+            k += 1;
+        }
+    }
+    let result = e.val(Op::TupleNew, items, ret);
+    let block = e.block;
+    e.func.set_terminator(block, Terminator::Return(Some(result)), primal.span);
+    let id = derived.module.add_function(e.func);
+    if let Err(err) = mcir_ir::verify_function(&derived.module, &derived.module.funcs[id]) {
+        return Err(AdError::internal(
+            &primal.name,
+            format!("the gradient driver does not verify: {}", err.message),
+        ));
+    }
+    Ok(id)
+}
+
 /// A fresh zero shadow for the address-identified value `v` of type `t`, mirroring the
 /// structure of what it holds.
 pub(crate) fn zero_shadow(

@@ -29,7 +29,7 @@ mod reverse;
 mod rules;
 pub mod tangent;
 
-pub use driver::{probe_driver, vjp_driver, vjp_driver_with, SeedPattern};
+pub use driver::{gradient_driver, probe_driver, vjp_driver, vjp_driver_with, SeedPattern};
 pub use reverse::rule_name;
 
 use mcir_ir::entity::EntityRef;
