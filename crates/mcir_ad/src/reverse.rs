@@ -81,8 +81,13 @@ pub(crate) struct Reverse<'a> {
     /// reverse block being built, and the stacks their exit values are read from.
     pub counters: Vec<crate::analysis::LoopCounter>,
     counter_params: HashMap<Value, Value>,
+    /// The primal value of each forward value that has one.
+    fw_to_primal: HashMap<Value, Value>,
     pub counter_slots: Vec<Option<usize>>,
 }
+
+/// How deep a chain of cheap computations is recomputed in a reverse pass.
+const REMAT_DEPTH: u32 = 6;
 
 fn adjoint_name(name: &Option<String>) -> Option<String> {
     Some(match name {
@@ -212,6 +217,12 @@ impl<'a> Reverse<'a> {
             reloaded: HashMap::new(),
             counted: Vec::new(),
             counter_params: HashMap::new(),
+            fw_to_primal: fw
+                .vmap
+                .iter()
+                .enumerate()
+                .filter_map(|(pi, fv)| fv.map(|fv| (fv, Value::new(pi))))
+                .collect(),
             counter_slots: vec![None; counters.len()],
             counters,
         }
@@ -250,6 +261,9 @@ impl<'a> Reverse<'a> {
         if let Some(&v) = self.popped.get(&fv) {
             return v;
         }
+        if let Some(v) = self.recompute(fv, REMAT_DEPTH) {
+            return v;
+        }
         let ty = self.fw.e.ty(fv);
         let name = self.fw.e.func.values[fv].name.clone();
         let direct = self.fw_entry_values.contains(&fv);
@@ -282,6 +296,65 @@ impl<'a> Reverse<'a> {
             self.pushes.push((def, fv, slot));
         }
         v
+    }
+
+    /// A cheap computation — integer arithmetic, comparisons, conversions, an array's
+    /// extent — whose operands the reverse block has at hand (constants, values the tape
+    /// holds once, loop counters, values already read in this block, or such
+    /// computations themselves) is done again instead of being taped: index arithmetic
+    /// such as `j * d + i` costs less to recompute than to push and pop.
+    fn recompute(&mut self, fv: Value, depth: u32) -> Option<Value> {
+        if depth == 0 {
+            return None;
+        }
+        let mcir_ir::ValueDef::Inst(i) = self.fw.e.func.values[fv].def else { return None };
+        let d = self.fw.e.func.insts[i].clone();
+        let ty = self.fw.e.ty(fv);
+        let cheap = match d.op {
+            Op::IBinary(_)
+            | Op::IUnary(_)
+            | Op::ICmp(_)
+            | Op::BCmp(_)
+            | Op::Not
+            | Op::IToF
+            | Op::ArrayDim(_) => true,
+            Op::Select => ty == TypeTable::I64 || ty == TypeTable::BOOL,
+            _ => false,
+        };
+        if !cheap {
+            return None;
+        }
+        let mut args = Vec::with_capacity(d.args.len());
+        for &a in &d.args {
+            args.push(self.at_hand(a, depth - 1)?);
+        }
+        let v = self.e.val(d.op.clone(), args, ty);
+        self.e.func.values[v].name = self.fw.e.func.values[fv].name.clone();
+        self.popped.insert(fv, v);
+        Some(v)
+    }
+
+    /// A forward value the reverse block can read without taping it anew, if there is one.
+    fn at_hand(&mut self, fv: Value, depth: u32) -> Option<Value> {
+        if let mcir_ir::ValueDef::Inst(i) = self.fw.e.func.values[fv].def {
+            let op = &self.fw.e.func.insts[i].op;
+            if let Op::FConst(_) | Op::IConst(_) | Op::BConst(_) = op {
+                let ty = self.fw.e.ty(fv);
+                return Some(self.e.val(op.clone(), vec![], ty));
+            }
+        }
+        if let Some(&v) = self.popped.get(&fv) {
+            return Some(v);
+        }
+        if let Some(p) = self.fw_to_primal.get(&fv) {
+            if let Some(&v) = self.counter_params.get(p) {
+                return Some(v);
+            }
+        }
+        if self.fw_entry_values.contains(&fv) {
+            return Some(self.get(fv));
+        }
+        self.recompute(fv, depth)
     }
 
     /// The primal block whose forward block defines `fv`.
