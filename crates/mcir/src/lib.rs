@@ -55,7 +55,12 @@ pub enum Engine {
 #[derive(Clone, Debug)]
 pub struct Program {
     source: Arc<SourceFile>,
+    /// The module every engine runs and every derivative is taken of: the lowered module
+    /// after optimisation (small functions inlined).
     module: Module,
+    /// The module as lowered, before optimisation: what `mcc ir` prints. Function ids are
+    /// the same in both.
+    written: Arc<Module>,
     engine: Engine,
     native: Arc<std::sync::OnceLock<Result<mcir_jit::Jit, mcir_jit::JitError>>>,
     vjp_cache: Arc<grad::VjpCache>,
@@ -92,8 +97,13 @@ impl Program {
         let result =
             stack::on_compiler_thread(stack::bytes_for(&limits), move || compile_module(&src.text, &limits));
         match result {
-            Some(Ok((module, generic))) => {
+            Some(Ok((written, generic))) => {
+                let module = mcir_ir::inline::inline_small_functions(&written);
+                if let Err(e) = mcir_ir::verify_module(&module) {
+                    return Err(fail(format!("internal compiler error: inlining broke the IR: {e}")));
+                }
                 let mut p = Program::from_parts(source, module);
+                p.written = Arc::new(written);
                 p.generic = Arc::new(generic);
                 Ok(p)
             }
@@ -107,6 +117,7 @@ impl Program {
     pub(crate) fn from_parts(source: Arc<SourceFile>, module: Module) -> Program {
         Program {
             source,
+            written: Arc::new(module.clone()),
             module,
             engine: Engine::default(),
             native: Default::default(),
@@ -176,8 +187,17 @@ impl Program {
         }
     }
 
-    /// The IR of one function, or of the whole module, as text.
+    /// The IR of one function, or of the whole module, as text, as lowered from the
+    /// source.
     pub fn ir_text(&self, func: Option<FuncId>) -> String {
+        match func {
+            Some(f) => mcir_ir::print_function(&self.written, &self.written.funcs[f]),
+            None => mcir_ir::print_module(&self.written),
+        }
+    }
+
+    /// The IR as it runs and is differentiated: after optimisation (`mcc ir --opt`).
+    pub fn optimized_ir_text(&self, func: Option<FuncId>) -> String {
         match func {
             Some(f) => mcir_ir::print_function(&self.module, &self.module.funcs[f]),
             None => mcir_ir::print_module(&self.module),

@@ -236,6 +236,10 @@ enum Command {
         /// Which IR to print.
         #[arg(long, value_enum, default_value = "primal")]
         stage: Stage,
+        /// Print the primal IR after optimisation (small functions inlined), as it runs
+        /// and is differentiated; derived passes are always of that IR.
+        #[arg(long)]
+        opt: bool,
         #[command(flatten)]
         kinds: Kinds,
     },
@@ -297,7 +301,7 @@ fn run_here(args: Vec<OsString>, stdin: &mut dyn Read) -> Outcome {
     };
     match cli.command {
         Command::Run { common, args } => cmd_run(&common, args.as_deref(), stdin),
-        Command::Ir { common, stage, kinds } => cmd_ir(&common, stage, &kinds, stdin),
+        Command::Ir { common, stage, opt, kinds } => cmd_ir(&common, stage, opt, &kinds, stdin),
         // Reached only through `run`, which hands the session its real input first.
         Command::Gradbench { .. } => {
             Outcome::usage("mcc gradbench runs as a process, talking on stdin and stdout")
@@ -611,7 +615,7 @@ fn cmd_check(
     result.unwrap_or_else(|o| o)
 }
 
-fn cmd_ir(common: &Common, stage: Stage, kinds: &Kinds, stdin: &mut dyn Read) -> Outcome {
+fn cmd_ir(common: &Common, stage: Stage, opt: bool, kinds: &Kinds, stdin: &mut dyn Read) -> Outcome {
     let result = (|| {
         let program = compile(common, stdin)?;
         // Argument kinds belong to the entry function, named or not.
@@ -621,8 +625,10 @@ fn cmd_ir(common: &Common, stage: Stage, kinds: &Kinds, stdin: &mut dyn Read) ->
             None if has_kinds => Some(program.entry(None).map_err(Outcome::usage)?),
             None => None,
         };
+        let primal_text =
+            |f: Option<mcir::FuncId>| if opt { program.optimized_ir_text(f) } else { program.ir_text(f) };
         if stage == Stage::Primal {
-            return Ok(Outcome::ok(program.ir_text(func)));
+            return Ok(Outcome::ok(primal_text(func)));
         }
         let funcs: Vec<mcir::FuncId> = match func {
             Some(f) => vec![f],
@@ -667,7 +673,7 @@ fn cmd_ir(common: &Common, stage: Stage, kinds: &Kinds, stdin: &mut dyn Read) ->
                 out.push('\n');
             }
             if stage == Stage::All {
-                out.push_str(&program.ir_text(Some(f)));
+                out.push_str(&primal_text(Some(f)));
                 out.push('\n');
             }
             if matches!(stage, Stage::Fwd | Stage::All) {

@@ -1,0 +1,177 @@
+//! Inlining small functions into their callers. Calls cost a native call each, and
+//! differentiated, a tape record for every call; a helper such as
+//! `fn sigmoid(x: f64) -> f64 { return 1.0 / (1.0 + exp(-x)); }` called in an inner loop
+//! is better as its instructions in the loop.
+//!
+//! A function is inlined when it is one block of at most [`MAX_INSTS`] instructions that
+//! cannot fail at run time (no memory access, integer arithmetic, allocation or call) and
+//! has no hand-written derivative rule. So no runtime error can come from inlined code
+//! (errors keep naming the function they happen in), no call is left that could recurse,
+//! and every rule a program gives is still used.
+
+use crate::entity::EntityRef;
+use crate::function::*;
+use crate::op::Op;
+use crate::types::TypeTable;
+use std::collections::HashMap;
+
+/// The most instructions a function may have to be inlined.
+pub const MAX_INSTS: usize = 40;
+
+/// Whether `op` can never fail at run time and needs no memory of its own.
+fn infallible(types: &TypeTable, op: &Op) -> bool {
+    match op {
+        Op::FConst(_)
+        | Op::IConst(_)
+        | Op::BConst(_)
+        | Op::FBinary(_)
+        | Op::FUnary(_)
+        | Op::FPowI
+        | Op::FCmp(_)
+        | Op::ICmp(_)
+        | Op::BCmp(_)
+        | Op::Not
+        | Op::IToF
+        | Op::Select
+        | Op::TupleNew
+        | Op::TupleGet(_)
+        | Op::StructGet(..)
+        | Op::ArrayDim(_) => true,
+        Op::StructNew(s) => !types.struct_def(*s).mutable,
+        _ => false,
+    }
+}
+
+/// The functions of `module` that are inlined where they are called.
+fn inlinable(module: &Module) -> Vec<bool> {
+    module
+        .funcs
+        .iter()
+        .map(|(id, f)| {
+            f.blocks.len() == 1
+                && matches!(f.blocks[f.entry()].term, Terminator::Return(_))
+                && f.blocks[f.entry()].insts.len() <= MAX_INSTS
+                && f.blocks[f.entry()].insts.iter().all(|&i| infallible(&module.types, &f.insts[i].op))
+                && !module.rules.iter().any(|r| r.func == id)
+        })
+        .collect()
+}
+
+/// `module` with every call of a small function replaced by the function's instructions.
+/// Function ids do not change (the functions themselves stay).
+pub fn inline_small_functions(module: &Module) -> Module {
+    let can = inlinable(module);
+    if !can.iter().any(|&c| c) {
+        return module.clone();
+    }
+    let mut out = module.clone();
+    let ids: Vec<FuncId> = out.funcs.keys().collect();
+    for id in ids {
+        let calls = out.funcs[id].insts.iter().any(|(_, d)| matches!(d.op, Op::Call(g) if can[g.index()]));
+        if !calls {
+            continue;
+        }
+        let f = std::mem::replace(&mut out.funcs[id], Function::new("", &[], None));
+        out.funcs[id] = inline_into(f, module, &can);
+    }
+    out
+}
+
+fn inline_into(mut f: Function, module: &Module, can: &[bool]) -> Function {
+    let mut subst: HashMap<Value, Value> = HashMap::new();
+    let blocks: Vec<Block> = f.blocks.keys().collect();
+    for &b in &blocks {
+        let old = std::mem::take(&mut f.blocks[b].insts);
+        for inst in old {
+            let d = f.insts[inst].clone();
+            let Op::Call(g) = d.op else {
+                f.blocks[b].insts.push(inst);
+                continue;
+            };
+            if !can[g.index()] {
+                f.blocks[b].insts.push(inst);
+                continue;
+            }
+            let callee = &module.funcs[g];
+            let mut map: HashMap<Value, Value> = HashMap::new();
+            for (&p, &a) in callee.param_values().iter().zip(&d.args) {
+                map.insert(p, a);
+            }
+            for &ci in &callee.blocks[callee.entry()].insts {
+                let cd = &callee.insts[ci];
+                let args: Vec<Value> = cd.args.iter().map(|a| map.get(a).copied().unwrap_or(*a)).collect();
+                let ty = cd.result.map(|r| callee.value_type(r));
+                let nv = f.push_inst(b, cd.op.clone(), args, ty, cd.span);
+                if let (Some(r), Some(nv)) = (cd.result, nv) {
+                    f.values[nv].name = callee.values[r].name.clone();
+                    map.insert(r, nv);
+                }
+            }
+            if let (Some(r), Terminator::Return(Some(rv))) = (d.result, &callee.blocks[callee.entry()].term) {
+                subst.insert(r, map.get(rv).copied().unwrap_or(*rv));
+            }
+        }
+    }
+    if subst.is_empty() {
+        return f;
+    }
+    // Uses of the calls' results read the inlined results instead (a chain of inlined
+    // calls may map one result to another).
+    let resolve = |v: Value| {
+        let mut v = v;
+        while let Some(&n) = subst.get(&v) {
+            v = n;
+        }
+        v
+    };
+    for &b in &blocks {
+        for k in 0..f.blocks[b].insts.len() {
+            let i = f.blocks[b].insts[k];
+            let args: Vec<Value> = f.insts[i].args.iter().map(|&a| resolve(a)).collect();
+            f.insts[i].args = args;
+        }
+        match &mut f.blocks[b].term {
+            Terminator::Jump(c) => c.args.iter_mut().for_each(|a| *a = resolve(*a)),
+            Terminator::Branch { cond, then_dest, else_dest } => {
+                *cond = resolve(*cond);
+                then_dest.args.iter_mut().for_each(|a| *a = resolve(*a));
+                else_dest.args.iter_mut().for_each(|a| *a = resolve(*a));
+            }
+            Terminator::Return(v) => {
+                if let Some(v) = v {
+                    *v = resolve(*v);
+                }
+            }
+        }
+    }
+    // Drop the replaced calls and their results.
+    f.into_rebuilt(&blocks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_small_infallible_function_is_inlined_and_the_result_verifies() {
+        let text = "fn @sq(%x_0: f64) -> f64 {\nbb0:\n    %y_1: f64 = fmul %x_0, %x_0\n    ret %y_1\n}\n\n\
+                    fn @main(%a_0: f64) -> f64 {\nbb0:\n    %b_1: f64 = call @sq(%a_0)\n    %c_2: f64 = call @sq(%b_1)\n    ret %c_2\n}\n";
+        let m = crate::parse_module(text).unwrap();
+        let inlined = inline_small_functions(&m);
+        crate::verify_module(&inlined).unwrap();
+        let main = inlined.func_by_name("main").unwrap();
+        let printed = crate::print_function(&inlined, &inlined.funcs[main]);
+        assert!(!printed.contains("call"), "{printed}");
+        assert_eq!(printed.matches("fmul").count(), 2, "{printed}");
+    }
+
+    #[test]
+    fn functions_that_may_fail_or_loop_are_kept() {
+        let text = "fn @get(%x_0: f64[]) -> f64 {\nbb0:\n    %i_1: i64 = iconst 0\n    %y_2: f64 = load %x_0[%i_1]\n    ret %y_2\n}\n\n\
+                    fn @main(%a_0: f64[]) -> f64 {\nbb0:\n    %b_1: f64 = call @get(%a_0)\n    ret %b_1\n}\n";
+        let m = crate::parse_module(text).unwrap();
+        let inlined = inline_small_functions(&m);
+        let main = inlined.func_by_name("main").unwrap();
+        assert!(crate::print_function(&inlined, &inlined.funcs[main]).contains("call @get"));
+    }
+}
