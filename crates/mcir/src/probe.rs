@@ -120,8 +120,12 @@ pub(crate) fn suspect_hand_written_rules(
     let module = &program.module;
     let mut out = Vec::new();
     for g in reachable(module, func) {
-        let kinds: Vec<&mcir_ir::RuleKind> =
-            module.rules.iter().filter(|r| r.func == g).map(|r| &r.kind).collect();
+        let kinds: Vec<&mcir_ir::RuleKind> = module
+            .rules
+            .iter()
+            .filter(|r| r.func == g && !matches!(r.kind, mcir_ir::RuleKind::Checkpoint { .. }))
+            .map(|r| &r.kind)
+            .collect();
         if kinds.is_empty() {
             continue;
         }
@@ -133,7 +137,7 @@ pub(crate) fn suspect_hand_written_rules(
                 mcir_ir::RuleKind::Reverse { rule, .. } | mcir_ir::RuleKind::Forward { rule, .. } => {
                     module.funcs[*rule].span
                 }
-                mcir_ir::RuleKind::Zero => module.funcs[g].span,
+                mcir_ir::RuleKind::Zero | mcir_ir::RuleKind::Checkpoint { .. } => module.funcs[g].span,
             };
             program.source.location(span.start as usize)
         };

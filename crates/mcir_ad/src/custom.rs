@@ -21,7 +21,7 @@ fn parts(kind: &RuleKind) -> Option<(FuncId, FuncId)> {
     match kind {
         RuleKind::Reverse { rule, pullback } => Some((*rule, *pullback)),
         RuleKind::Forward { rule, pushforward } => Some((*rule, *pushforward)),
-        RuleKind::Zero => None,
+        RuleKind::Zero | RuleKind::Checkpoint { .. } => None,
     }
 }
 
@@ -269,4 +269,146 @@ fn zero_tangent(e: &mut Emit, types: &mut TypeTable, t: TypeId, v: Value) -> Res
         }
     }
     Ok(build_tangent(e, types, t, &mut rd.into_iter(), &mut fd.into_iter()))
+}
+
+/// The forward and reverse pass of `rule`, the rule of `primal`, whose calls are
+/// checkpointed: `primal` computes what `inner` (of rule `inner_rule`) computes. The
+/// forward pass runs `inner`'s primal and tapes the arguments and their shadows; the
+/// reverse pass runs `inner`'s derived forward pass again from them (memory is then as
+/// the call found it: the reverse pass of the caller has restored it, and `inner` writes
+/// nothing it was given) and reverses it with the result's cotangent. Parameters marked
+/// `constant` have no shadow; the recomputation gives them zero ones.
+pub(crate) fn checkpoint_passes(
+    module: &mut Module,
+    rule: &RuleIds,
+    inner: FuncId,
+    inner_rule: &RuleIds,
+    primal: &Function,
+    constant: &[bool],
+) -> Result<(Function, Function), AdError> {
+    let is_constant = |i: usize| constant.get(i).copied().unwrap_or(false);
+    let r = primal
+        .ret
+        .ok_or_else(|| AdError::internal(&primal.name, "a checkpointed function without result".into()))?;
+    if !fdata_leaves(&module.types, r).is_empty() {
+        return Err(AdError::internal(&primal.name, "a checkpointed function returns memory".into()));
+    }
+    let (fparams, fwd_ret) =
+        crate::forward::forward_signature(&mut module.types, primal, rule.tape_ty, constant);
+    let fname = module.funcs[rule.fwd].name.clone();
+    let mut e = Emit::new(Function::new(&fname, &fparams, Some(fwd_ret)));
+    e.span = primal.span;
+    let pv = e.func.param_values().to_vec();
+    // What the primal allocates is dead once its result is read.
+    let mark = e.val(Op::ArenaMark, vec![], TypeTable::I64);
+    let y = e.val(Op::Call(inner), pv[..primal.params.len()].to_vec(), r);
+    let y = copy_out(&mut e, &module.types, y, r, mark);
+    let fields: Vec<(String, TypeId)> =
+        pv.iter().enumerate().map(|(i, &v)| (format!("arg{i}"), e.ty(v))).collect();
+    module.types.struct_def_mut(rule.tape_sid).fields = fields.clone();
+    let tape = e.val(Op::StructNew(rule.tape_sid), pv.clone(), rule.tape_ty);
+    let out = e.val(Op::TupleNew, vec![y, tape], fwd_ret);
+    let block = e.block;
+    e.func.set_terminator(block, Terminator::Return(Some(out)), primal.span);
+    let fwd = e.func;
+
+    let (rparams, rev_ret) = crate::reverse::reverse_signature(&mut module.types, primal, rule.tape_ty);
+    let rname = module.funcs[rule.rev].name.clone();
+    let types = &mut module.types;
+    let mut e = Emit::new(Function::new(&rname, &rparams, rev_ret));
+    e.span = primal.span;
+    let pv = e.func.param_values().to_vec();
+    let saved: Vec<Value> = fields
+        .iter()
+        .enumerate()
+        .map(|(i, (_, t))| e.val(Op::StructGet(rule.tape_sid, i as u32), vec![pv[0]], *t))
+        .collect();
+    let np = primal.params.len();
+    let xs = &saved[..np];
+    // The recomputation's tape and what it allocates are dead once its reverse returns.
+    let mark = e.val(Op::ArenaMark, vec![], TypeTable::I64);
+    let mut args = xs.to_vec();
+    let mut taped = saved[np..].iter();
+    for (i, &t) in primal.params.iter().enumerate() {
+        for leaf in fdata_leaves(types, t) {
+            if is_constant(i) {
+                let part = primal_extract(&mut e, types, xs[i], &leaf.path);
+                args.push(crate::driver::zero_shadow(&mut e, types, leaf.ty, part)?);
+            } else {
+                let s = taped.next().copied().ok_or_else(|| {
+                    AdError::internal(&primal.name, "a checkpoint's tape misses a shadow".into())
+                })?;
+                args.push(s);
+            }
+        }
+    }
+    let again = e.val(Op::Call(inner_rule.fwd), args, inner_rule.fwd_ret);
+    let inner_tape = e.tuple_get(types, again, 1);
+    let mut rargs = vec![inner_tape];
+    rargs.extend(pv[1..].iter().copied());
+    let cot = match inner_rule.rev_ret {
+        Some(t) => {
+            let cot = e.val(Op::Call(inner_rule.rev), rargs, t);
+            Some(copy_out(&mut e, types, cot, t, mark))
+        }
+        None => {
+            e.eff(Op::Call(inner_rule.rev), rargs);
+            e.eff(Op::ArenaRelease, vec![mark]);
+            None
+        }
+    };
+    let block = e.block;
+    e.func.set_terminator(block, Terminator::Return(cot), primal.span);
+    Ok((fwd, e.func))
+}
+
+/// Gives back the memory allocated since `mark` but `v`, a value of value-identified type
+/// `t` (numbers, and tuples and immutable structs of them): its numbers are read, the
+/// memory released, and the value rebuilt from them.
+fn copy_out(e: &mut Emit, types: &TypeTable, v: Value, t: TypeId, mark: Value) -> Value {
+    fn read(e: &mut Emit, types: &TypeTable, v: Value, t: TypeId, out: &mut Vec<Value>) {
+        match types.try_get(t) {
+            Some(Type::Tuple(items)) => {
+                for (i, &it) in items.clone().iter().enumerate() {
+                    let x = e.val(Op::TupleGet(i as u32), vec![v], it);
+                    read(e, types, x, it, out);
+                }
+            }
+            Some(Type::Struct(sid)) => {
+                let sid = *sid;
+                let fields: Vec<TypeId> = types.struct_def(sid).fields.iter().map(|f| f.1).collect();
+                for (i, ft) in fields.into_iter().enumerate() {
+                    let x = e.val(Op::StructGet(sid, i as u32), vec![v], ft);
+                    read(e, types, x, ft, out);
+                }
+            }
+            _ => out.push(v),
+        }
+    }
+    fn build(e: &mut Emit, types: &TypeTable, t: TypeId, leaves: &mut std::vec::IntoIter<Value>) -> Value {
+        match types.try_get(t) {
+            Some(Type::Tuple(items)) => {
+                let items = items.clone();
+                let fields: Vec<Value> = items.iter().map(|&it| build(e, types, it, leaves)).collect();
+                e.val(Op::TupleNew, fields, t)
+            }
+            Some(Type::Struct(sid)) => {
+                let sid = *sid;
+                let fts: Vec<TypeId> = types.struct_def(sid).fields.iter().map(|f| f.1).collect();
+                let fields: Vec<Value> = fts.into_iter().map(|ft| build(e, types, ft, leaves)).collect();
+                e.val(Op::StructNew(sid), fields, t)
+            }
+            _ => leaves.next().unwrap_or(mark_placeholder()),
+        }
+    }
+    let mut leaves = Vec::new();
+    read(e, types, v, t, &mut leaves);
+    e.eff(Op::ArenaRelease, vec![mark]);
+    build(e, types, t, &mut leaves.into_iter())
+}
+
+/// A value never used: `build` only runs out of leaves if `read` and it disagree.
+fn mark_placeholder() -> Value {
+    use mcir_ir::entity::EntityRef;
+    Value::new(0)
 }

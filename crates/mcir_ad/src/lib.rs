@@ -177,7 +177,8 @@ fn declare_rule(module: &mut Module, f: &Function, suffix: &str, constant: &[boo
 }
 
 /// The two passes of `rule`, a rule of `primal` (function `fid`): from its hand-written
-/// reverse or zero rule if it has one, else derived.
+/// reverse or zero rule if it has one, by recomputation if its calls are checkpointed,
+/// else derived.
 fn rule_passes(
     module: &mut Module,
     rules: &[RuleIds],
@@ -187,6 +188,10 @@ fn rule_passes(
     options: &Options,
     constant: &[bool],
 ) -> Result<(Function, Function), AdError> {
+    if let Some(mcir_ir::RuleKind::Checkpoint { inner }) = module.rule_of(fid, "checkpoint").cloned() {
+        let inner_rule = rules[inner.index()].clone();
+        return custom::checkpoint_passes(module, rule, inner, &inner_rule, primal, constant);
+    }
     match module.rule_of(fid, "reverse").cloned() {
         Some(kind) => custom::reverse_passes(module, rule, fid, primal, &kind, constant),
         None => derive_function(module, rules, rule, primal, options, constant),

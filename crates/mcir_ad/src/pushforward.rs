@@ -93,6 +93,22 @@ pub fn tangents_with(
             }
         }
     }
+    // A recursive function's tape holds tapes of its own type; such a type has no finite
+    // tangent type (the tangent of an immutable struct is a tuple).
+    let mut checked = std::collections::HashSet::new();
+    for &f in &reached {
+        let func = &module.funcs[f];
+        let mut tys = func.values.values().map(|v| v.ty).filter(|&t| checked.insert(t));
+        if let Some(t) = tys.find(|&t| crate::tangent::contains_itself(&module.types, t)) {
+            return Err(AdError {
+                func: func.name.clone(),
+                message: format!(
+                    "forward mode cannot go through a value of type {}, which contains itself (the tape of a recursive function); second-order derivatives of recursive functions are not supported",
+                    module.types.display(t)
+                ),
+            });
+        }
+    }
     // Declare first: calls refer to tangent functions before they are built.
     let mut of = HashMap::new();
     for &f in &reached {
@@ -549,6 +565,8 @@ impl Builder<'_> {
             | Op::FToI
             | Op::ArrayDim(_)
             | Op::MapIBinary(_)
+            | Op::ArenaMark
+            | Op::ArenaRelease
             | Op::Print => None,
             Op::FBinary(bop) => {
                 let (tx, ty) = (self.dr(lane, pa[0]), self.dr(lane, pa[1]));

@@ -1221,7 +1221,9 @@ impl<'a> Reverse<'a> {
             | Op::StackNew
             | Op::StackPush
             | Op::StackPop
-            | Op::StackPeek => {
+            | Op::StackPeek
+            | Op::ArenaMark
+            | Op::ArenaRelease => {
                 return Err(AdError {
                     func: primal.name.clone(),
                     message: format!(

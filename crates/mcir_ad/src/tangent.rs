@@ -49,6 +49,33 @@ pub fn has_tangent(types: &TypeTable, t: TypeId) -> bool {
     }
 }
 
+/// Whether type `t` reaches itself through its fields, elements or cells (a struct that
+/// holds a stack of its own kind): such a type has no finite tangent type.
+pub fn contains_itself(types: &TypeTable, t: TypeId) -> bool {
+    fn parts(types: &TypeTable, t: TypeId) -> Vec<TypeId> {
+        match types.try_get(t) {
+            Some(Type::Ref(inner)) | Some(Type::Stack(inner)) => vec![*inner],
+            Some(Type::Tuple(items)) => items.clone(),
+            Some(Type::Struct(_)) => {
+                types.as_struct(t).map(|(_, d)| d.fields.iter().map(|f| f.1).collect()).unwrap_or_default()
+            }
+            _ => Vec::new(),
+        }
+    }
+    // Depth-first from the parts of `t`, looking for `t`.
+    let mut seen = std::collections::HashSet::new();
+    let mut todo = parts(types, t);
+    while let Some(u) = todo.pop() {
+        if u == t {
+            return true;
+        }
+        if seen.insert(u) {
+            todo.extend(parts(types, u));
+        }
+    }
+    false
+}
+
 /// The leaves of a value of type `t`, in depth-first field order.
 pub fn leaves(types: &TypeTable, t: TypeId) -> Vec<Leaf> {
     let mut out = Vec::new();

@@ -198,3 +198,41 @@ fn dense_commands_print_their_json() {
     assert_eq!(out.code, 2, "a Hessian needs an f64 result: {}", out.stderr);
     assert!(out.stderr.contains("returning f64"), "{}", out.stderr);
 }
+
+#[test]
+fn second_order_through_a_recursive_function_is_refused_cleanly() {
+    let p = root().join("tests/second_order/recursive.mcir");
+    let p = p.to_str().unwrap();
+    for engine in [None, Some("--interp")] {
+        let mut w = vec!["hessian", p, "--args", "[0.5, 3]"];
+        w.extend(engine);
+        let out = mcc(&w);
+        assert_eq!(out.code, 1, "{}", out.stdout);
+        assert!(out.stderr.contains("recursive functions are not supported"), "{}", out.stderr);
+        // The gradient itself is fine.
+        let mut w = vec!["grad", p, "--args", "[0.5, 3]"];
+        w.extend(engine);
+        assert_eq!(mcc(&w).code, 0);
+    }
+}
+
+#[test]
+fn hessian_through_a_checkpointed_loop() {
+    // Checkpointed and plain loops give the same Hessian (the checkpoint's reverse pass
+    // recomputes steps, and forward mode goes through it like any other code).
+    let args = "[0.4, 0.95, 0.3, 3000]";
+    let get = |name: &str| {
+        let p = root().join(format!("tests/checkpoint/{name}.mcir"));
+        let out = mcc(&["hessian", p.to_str().unwrap(), "--args", args]);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        let j: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
+        j["hessian"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap_or(0.0)).collect())
+            .collect::<Vec<Vec<f64>>>()
+    };
+    let (a, b) = (get("recurrence"), get("plain"));
+    assert_hessian("checkpointed against plain", &a, &b);
+}

@@ -576,6 +576,15 @@ impl<'m> Interpreter<'m> {
                 Val::Unit
             }
             Op::StackNew => Val::Stack(Rc::new(std::cell::RefCell::new(Vec::new()))),
+            // Memory is collected here; only the count against the limit goes back, as
+            // native code gives the memory back.
+            Op::ArenaMark => Val::I64(self.allocated.min(i64::MAX as u64) as i64),
+            Op::ArenaRelease => {
+                if let Val::I64(m) = arg(a, 0)? {
+                    self.allocated = self.allocated.min((*m).max(0) as u64);
+                }
+                Val::Unit
+            }
             Op::StackPush => match arg(a, 0)? {
                 Val::Stack(s) => {
                     s.borrow_mut().push(arg(a, 1)?.clone());
@@ -634,7 +643,9 @@ fn allocated_bytes(op: &Op, out: &Val) -> u64 {
             Val::Mut(fields) => 8 * fields.borrow().len() as u64,
             _ => 0,
         },
-        Op::FConst(_)
+        Op::ArenaMark
+        | Op::ArenaRelease
+        | Op::FConst(_)
         | Op::IConst(_)
         | Op::BConst(_)
         | Op::FBinary(_)

@@ -225,15 +225,25 @@ pub enum RuleKind {
     },
     /// The function's derivative is zero.
     Zero,
+    /// The function computes what `inner` computes (it has the same parameters and
+    /// result, and writes no memory it was given), and its calls are reversed by
+    /// recomputation: the forward pass runs `inner` and keeps only the arguments; the
+    /// reverse pass runs `inner`'s derived forward pass again from them, then its
+    /// reverse pass. A `#[checkpoint]` loop is made of such calls.
+    Checkpoint {
+        /// The function whose derived rule serves.
+        inner: FuncId,
+    },
 }
 
 impl RuleKind {
-    /// `reverse`, `forward` or `zero`.
+    /// `reverse`, `forward`, `zero` or `checkpoint`.
     pub fn word(&self) -> &'static str {
         match self {
             RuleKind::Reverse { .. } => "reverse",
             RuleKind::Forward { .. } => "forward",
             RuleKind::Zero => "zero",
+            RuleKind::Checkpoint { .. } => "checkpoint",
         }
     }
 }

@@ -263,6 +263,14 @@ pub enum Op {
     /// `stack.peek`: the last value pushed, left on the stack; an empty stack is an error.
     StackPeek,
 
+    /// `arena.mark`: a position in the memory of the current call, for `arena.release`.
+    /// Derived rules only: a checkpoint's passes mark before a recomputation.
+    ArenaMark,
+    /// `arena.release`: `(mark)` gives back everything allocated since the mark was taken;
+    /// no value allocated since may be used afterwards. A no-op where memory is collected
+    /// (the interpreter).
+    ArenaRelease,
+
     /// `call @f`: calls a function of the module.
     Call(crate::FuncId),
     /// `print`: writes the operand to the program's diagnostic output.
@@ -578,7 +586,9 @@ impl Op {
             | Op::StackPop
             | Op::StackPeek
             | Op::TrustedLoad
-            | Op::TrustedStore => true,
+            | Op::TrustedStore
+            | Op::ArenaMark
+            | Op::ArenaRelease => true,
         }
     }
 }

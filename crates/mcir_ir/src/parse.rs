@@ -114,7 +114,7 @@ fn lex(src: &str) -> Result<Vec<(Tok, u32, u32)>, ParseError> {
                 }
                 Tok::Number(src[start..i].to_string())
             }
-            c if c.is_ascii_alphabetic() || c == b'_' => {
+            c if c.is_ascii_alphabetic() || c == b'_' || c == b'$' => {
                 while i < bytes.len() && is_word(bytes[i]) {
                     i += 1;
                 }
@@ -267,12 +267,16 @@ impl Parser {
     }
 
     /// `rule reverse @f = @rule, @pullback`, `rule forward @f = @rule, @pushforward` or
-    /// `rule zero @f` (after `rule`).
+    /// `rule zero @f` or `rule checkpoint @f = @inner` (after `rule`).
     fn rule_decl(&mut self) -> Result<(), ParseError> {
         let kind = self.word()?;
         let func = self.func_ref()?;
         let kind = match kind.as_str() {
             "zero" => RuleKind::Zero,
+            "checkpoint" => {
+                self.expect("=")?;
+                RuleKind::Checkpoint { inner: self.func_ref()? }
+            }
             "reverse" | "forward" => {
                 self.expect("=")?;
                 let rule = self.func_ref()?;
@@ -286,7 +290,9 @@ impl Parser {
             }
             other => {
                 self.pos -= 1;
-                return self.error(format!("unknown rule kind `{other}`: expected reverse, forward or zero"));
+                return self.error(format!(
+                    "unknown rule kind `{other}`: expected reverse, forward, zero or checkpoint"
+                ));
             }
         };
         self.module.rules.push(CustomRule { func, kind });
@@ -766,6 +772,8 @@ impl Parser {
             "stack.push" => Op::StackPush,
             "stack.pop" => Op::StackPop,
             "stack.peek" => Op::StackPeek,
+            "arena.mark" => Op::ArenaMark,
+            "arena.release" => Op::ArenaRelease,
             m => {
                 let (mapped, base) = match m.strip_prefix("map.") {
                     Some(rest) => (true, rest),

@@ -46,6 +46,9 @@ pub fn print_module(module: &Module) -> String {
                 )
             }
             RuleKind::Zero => writeln!(out, "rule zero @{}", name(r.func)),
+            RuleKind::Checkpoint { inner } => {
+                writeln!(out, "rule checkpoint @{} = @{}", name(r.func), name(*inner))
+            }
         };
     }
     for (i, (_, func)) in module.funcs.iter().enumerate() {
@@ -286,5 +289,7 @@ pub(crate) fn op_head(types: &TypeTable, op: &Op) -> String {
         Op::StackPush => "stack.push".to_string(),
         Op::StackPop => "stack.pop".to_string(),
         Op::StackPeek => "stack.peek".to_string(),
+        Op::ArenaMark => "arena.mark".to_string(),
+        Op::ArenaRelease => "arena.release".to_string(),
     }
 }

@@ -19,9 +19,11 @@
 //! 7. **Types are well formed.** Struct and type ids exist in the module's type table.
 //!
 //! And for every hand-written rule of the module (see [`RuleKind`]): the function exists,
-//! has at most one rule of each kind (a `zero` rule is alone), and the rule's functions
-//! fit it — the rule takes the function's parameters and returns `(R, E)` or `(R,)` with
-//! `R` the function's result; the closure takes `E` first exactly when there is one.
+//! has at most one rule of each kind (a `zero` or `checkpoint` rule is alone), and the
+//! rule's functions fit it — the rule takes the function's parameters and returns
+//! `(R, E)` or `(R,)` with `R` the function's result; the closure takes `E` first exactly
+//! when there is one; a checkpointed function has the signature of the function whose
+//! rule serves it, which has no hand-written rule.
 
 use crate::cfg::ControlFlow;
 use crate::entity::EntityRef;
@@ -70,8 +72,8 @@ fn verify_rule(module: &Module, r: &CustomRule, earlier: &[CustomRule]) -> Resul
     let fail = |message: String| Err(VerifyError { func: f.name.clone(), message });
     for e in earlier.iter().filter(|e| e.func == r.func) {
         if e.kind.word() == r.kind.word()
-            || matches!(e.kind, RuleKind::Zero)
-            || matches!(r.kind, RuleKind::Zero)
+            || matches!(e.kind, RuleKind::Zero | RuleKind::Checkpoint { .. })
+            || matches!(r.kind, RuleKind::Zero | RuleKind::Checkpoint { .. })
         {
             return fail(format!("a {} rule after a {} rule", r.kind.word(), e.kind.word()));
         }
@@ -80,6 +82,18 @@ fn verify_rule(module: &Module, r: &CustomRule, earlier: &[CustomRule]) -> Resul
         RuleKind::Reverse { rule, pullback } => (rule, pullback),
         RuleKind::Forward { rule, pushforward } => (rule, pushforward),
         RuleKind::Zero => return Ok(()),
+        RuleKind::Checkpoint { inner } => {
+            return match module.funcs.get(inner) {
+                None => fail("the rule names a function that does not exist".into()),
+                Some(g) if g.params != f.params || g.ret != f.ret => {
+                    fail(format!("the checkpointed function @{} has another signature", g.name))
+                }
+                Some(g) if module.rules.iter().any(|e| e.func == inner) => {
+                    fail(format!("the checkpointed function @{} has a rule of its own", g.name))
+                }
+                Some(_) => Ok(()),
+            }
+        }
     };
     let (Some(rf), Some(cf)) = (module.funcs.get(rule), module.funcs.get(closure)) else {
         return fail("the rule names a function that does not exist".into());
@@ -549,6 +563,8 @@ impl Verifier<'_> {
                 Some((Scalar::F64, _)) => want(&[args[0], f64_, args[0]], None),
                 _ => Err("takes an f64 array, an f64 and an array of the first's type".into()),
             },
+            Op::ArenaMark => want(&[], Some(TypeTable::I64)),
+            Op::ArenaRelease => want(&[TypeTable::I64], None),
             Op::StackNew => match result.and_then(|r| t.try_get(r)) {
                 Some(Type::Stack(_)) => want(&[], result),
                 _ => Err("yields a stack".into()),

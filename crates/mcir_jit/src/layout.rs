@@ -154,6 +154,23 @@ impl Arena {
         Ok(())
     }
 
+    /// Makes the chunk holding address `mark` current again, so that allocation resumes
+    /// at the mark: what was allocated after it is given back (its chunks are kept for
+    /// reuse). Returns the end of that chunk, or `None` if no chunk holds the address.
+    pub fn release(&mut self, mark: u64) -> Option<u64> {
+        let mut held = 0u64;
+        for (i, c) in self.chunks.iter_mut().enumerate().take(self.current + 1) {
+            held = held.saturating_add(c.len() as u64 * 8);
+            let (start, end) = Self::window_of(c);
+            if (start..=end).contains(&mark) {
+                self.current = i;
+                self.held_bytes = held;
+                return Some(end);
+            }
+        }
+        None
+    }
+
     /// Bytes of memory the arena holds.
     pub fn capacity_bytes(&self) -> usize {
         self.chunks.iter().map(|c| c.len() * 8).sum()

@@ -54,6 +54,7 @@ rtfns! {
     "mc_copy_into" => mc_copy_into as extern "C" fn(_, _, _, _, _), [P, P, P, P, P] -> None;
     "mc_zeros_like" => mc_zeros_like as extern "C" fn(_, _, _) -> _, [P, P, P] -> Some(P);
     "mc_poll" => mc_poll as extern "C" fn(_, _), [P, P] -> None;
+    "mc_arena_release" => mc_arena_release as extern "C" fn(_, _), [P, P] -> None;
     "mc_same_shape" => mc_same_shape as extern "C" fn(_, _, _, _), [P, P, P, P] -> None;
     "mc_array_like" => mc_array_like as extern "C" fn(_, _, _) -> _, [P, P, P] -> Some(P);
     "mc_sum_f64" => mc_sum_f64 as extern "C" fn(_, _, _) -> _, [P, P, P] -> Some(F);
@@ -1049,6 +1050,13 @@ impl FnLower<'_, '_> {
                 };
                 let ty = self.b.ins().iconst(P, t.index() as i64);
                 self.rt_call("mc_print", &[self.ctx, ty, bits]);
+                None
+            }
+            Op::ArenaMark => Some(self.b.ins().load(P, flags(), self.ctx, ctx::BUMP)),
+            Op::ArenaRelease => {
+                self.rt_call("mc_arena_release", &[self.ctx, args[0]]);
+                // What the block's piece still holds may lie past the mark: take a new one.
+                self.piece = None;
                 None
             }
             Op::StackNew => {

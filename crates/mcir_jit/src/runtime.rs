@@ -196,6 +196,17 @@ pub(crate) extern "C" fn mc_poll(ctx: *mut Ctx, site: i64) {
     }
 }
 
+/// Gives back what the call allocated since `mark`, a position `arena.mark` read: the
+/// window starts at the mark again, in the chunk that holds it.
+pub(crate) extern "C" fn mc_arena_release(ctx: *mut Ctx, mark: i64) {
+    // SAFETY: the context is valid and exclusive for the call.
+    let c = unsafe { &mut *ctx };
+    if let Some(end) = rt(ctx).arena.release(mark as u64) {
+        c.bump = mark as u64;
+        c.bump_end = end;
+    }
+}
+
 /// Makes the context's window hold at least `bytes` more bytes.
 pub(crate) extern "C" fn mc_refill(ctx: *mut Ctx, site: i64, bytes: i64) {
     guard(ctx, site, || {

@@ -159,6 +159,8 @@ pub(crate) struct Ctx<'p> {
     pub names: HashSet<String>,
     /// Closures made so far per owner function name (for numbering).
     pub closure_count: HashMap<String, usize>,
+    /// The rules of `#[checkpoint]` loops made so far.
+    pub checkpoints: Vec<crate::checkpoint::CheckpointLoop>,
 }
 
 impl<'p> Ctx<'p> {
@@ -174,6 +176,7 @@ impl<'p> Ctx<'p> {
             decls: HashMap::new(),
             names: user_names.collect(),
             closure_count: HashMap::new(),
+            checkpoints: Vec::new(),
         }
     }
 
@@ -300,39 +303,7 @@ impl FnLower<'_> {
         let mut names = Vec::new();
         free_names_closure(c, &mut names);
         let own: Vec<&str> = c.params.iter().map(|(n, _)| n.name.as_str()).collect();
-        let mut captures = Vec::new();
-        let mut fields = Vec::new();
-        let mut field_tys = Vec::new();
-        for n in names {
-            if own.contains(&n.as_str()) || captures.iter().any(|c: &Capture| c.name == n) {
-                continue;
-            }
-            let Some(b) = self.lookup(&n).cloned() else { continue };
-            let (what, part) = match b {
-                crate::stmt::Binding::Poisoned => return Err(Reported),
-                crate::stmt::Binding::Callable { callable, .. } => (
-                    Captured::Callable(callable.kind.clone()),
-                    callable.env.map(|v| (v, self.f.value_type(v))),
-                ),
-                other => {
-                    let v = self.binding_value(&other)?;
-                    (Captured::Value, Some((v.v, v.ty)))
-                }
-            };
-            let field = part.map(|(v, t)| {
-                fields.push(v);
-                field_tys.push(t);
-                (fields.len() - 1) as u32
-            });
-            captures.push(Capture { name: n, what, field });
-        }
-        let (env, env_ty) = if fields.is_empty() {
-            (None, None)
-        } else {
-            let ty = self.types.intern(Type::Tuple(field_tys));
-            let v = self.emit(Op::TupleNew, fields, ty, span);
-            (Some(v.v), Some(ty))
-        };
+        let (captures, env, env_ty) = self.capture(names, &own, span)?;
         let owner = self.f.name.clone();
         let id = {
             let mut ctx = self.ctx.borrow_mut();
@@ -371,6 +342,51 @@ impl FnLower<'_> {
             ctx.done.push((fid, f));
         }
         Ok(Callable { kind: CallableKind::Closure(id), env })
+    }
+
+    /// The environment of a closure whose body names `names`, of which `own` are its
+    /// own: what it captures, the tuple holding their runtime parts (made here) and its
+    /// type.
+    pub(crate) fn capture(
+        &mut self,
+        names: Vec<String>,
+        own: &[&str],
+        span: Span,
+    ) -> Res<(Vec<Capture>, Option<Value>, Option<TypeId>)> {
+        let mut captures = Vec::new();
+        let mut fields = Vec::new();
+        let mut field_tys = Vec::new();
+        for n in names {
+            if own.contains(&n.as_str()) || captures.iter().any(|c: &Capture| c.name == n) {
+                continue;
+            }
+            let Some(b) = self.lookup(&n).cloned() else { continue };
+            let (what, part) = match b {
+                crate::stmt::Binding::Poisoned => return Err(Reported),
+                crate::stmt::Binding::Callable { callable, .. } => (
+                    Captured::Callable(callable.kind.clone()),
+                    callable.env.map(|v| (v, self.f.value_type(v))),
+                ),
+                other => {
+                    let v = self.binding_value(&other)?;
+                    (Captured::Value, Some((v.v, v.ty)))
+                }
+            };
+            let field = part.map(|(v, t)| {
+                fields.push(v);
+                field_tys.push(t);
+                (fields.len() - 1) as u32
+            });
+            captures.push(Capture { name: n, what, field });
+        }
+        let (env, env_ty) = if fields.is_empty() {
+            (None, None)
+        } else {
+            let ty = self.types.intern(Type::Tuple(field_tys));
+            let v = self.emit(Op::TupleNew, fields, ty, span);
+            (Some(v.v), Some(ty))
+        };
+        Ok((captures, env, env_ty))
     }
 
     /// Opaque callables standing for the function parameters of closure `id`.
@@ -771,7 +787,7 @@ fn free_names_closure(c: &ast::Closure, out: &mut Vec<String>) {
     }
 }
 
-fn free_names_block(b: &ast::Block, out: &mut Vec<String>) {
+pub(crate) fn free_names_block(b: &ast::Block, out: &mut Vec<String>) {
     for s in &b.stmts {
         match &s.kind {
             StmtKind::Let { value, .. } | StmtKind::Expr(value) | StmtKind::Return(Some(value)) => {

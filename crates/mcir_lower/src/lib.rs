@@ -9,6 +9,7 @@
 
 mod builtins;
 mod callable;
+mod checkpoint;
 mod expr;
 mod globals;
 mod rules;

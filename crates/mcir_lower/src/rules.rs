@@ -328,3 +328,26 @@ pub(crate) fn check_rules_do_not_write(
         diags.push(d);
     }
 }
+
+/// Reports every `#[checkpoint]` loop that may write memory from outside it: its reverse
+/// pass recomputes steps from saved states, which such a write would have changed.
+pub(crate) fn check_checkpoints_do_not_write(
+    module: &mcir_ir::Module,
+    loops: &[crate::checkpoint::CheckpointLoop],
+    diags: &mut Vec<Diagnostic>,
+) {
+    if loops.is_empty() {
+        return;
+    }
+    let writes = mcir_ir::effects::argument_writes(module);
+    for l in loops {
+        let Some(Some(at)) = writes.get(l.steps.index()) else { continue };
+        let d = Diagnostic::error(
+            "a `#[checkpoint]` loop must not write memory from outside it",
+            Span::new(at.start as usize, at.end as usize),
+        )
+        .with_secondary(l.span, "the loop is checkpointed here")
+        .with_note("its reverse pass recomputes steps from saved states; keep the state the loop updates in variables (`x = ..`), or allocate the arrays it writes inside it");
+        diags.push(d);
+    }
+}

@@ -177,7 +177,10 @@ pub(crate) fn lower_functions(program: &Program, g: Globals, diags: &mut Vec<Dia
         module.add_function(f);
     }
     crate::rules::check_rules_do_not_write(&module, &rules, diags);
+    let checkpoints = std::mem::take(&mut ctx.borrow_mut().checkpoints);
+    crate::rules::check_checkpoints_do_not_write(&module, &checkpoints, diags);
     module.rules = rules.into_iter().map(|(r, _)| r).collect();
+    module.rules.extend(checkpoints.into_iter().map(|c| c.rule));
     if diags.is_empty() {
         Some(module)
     } else {
@@ -562,7 +565,9 @@ impl<'g> FnLower<'g> {
                 Ok(())
             }
             StmtKind::While { cond, body } => self.while_stmt(cond, body, s.span),
-            StmtKind::For { var, start, end, body } => self.for_stmt(var, start, end, body, s.span),
+            StmtKind::For { var, start, end, body, checkpoint } => {
+                self.for_stmt(var, start, end, body, s.span, *checkpoint)
+            }
             StmtKind::Break | StmtKind::Continue => {
                 let is_break = matches!(s.kind, StmtKind::Break);
                 let Some(mut lp) = self.loops.pop() else {
@@ -685,7 +690,7 @@ impl<'g> FnLower<'g> {
     }
 
     /// The outer `let mut` variables a loop body may assign, by a syntactic scan.
-    fn carried_vars(&self, body: &ast::Block) -> Vec<usize> {
+    pub(crate) fn carried_vars(&self, body: &ast::Block) -> Vec<usize> {
         let mut names = Vec::new();
         collect_assigned(&body.stmts, &mut names);
         let mut out: Vec<usize> = Vec::new();
@@ -698,6 +703,21 @@ impl<'g> FnLower<'g> {
         }
         out.sort_unstable();
         out
+    }
+
+    /// The current value of `let mut` variable `var`.
+    pub(crate) fn var_value(&self, var: usize) -> Value {
+        self.vars[var]
+    }
+
+    /// The name of `let mut` variable `var`.
+    pub(crate) fn var_name(&self, var: usize) -> &str {
+        &self.var_names[var]
+    }
+
+    /// Gives `let mut` variable `var` a new value.
+    pub(crate) fn set_var_value(&mut self, var: usize, v: Value) {
+        self.vars[var] = v;
     }
 
     /// A loop header with one parameter per carried variable; jumps to it from here.
@@ -772,24 +792,19 @@ impl<'g> FnLower<'g> {
         Ok(())
     }
 
-    fn for_stmt(
+    pub(crate) fn for_stmt(
         &mut self,
         var: &ast::Ident,
         start: &Expr,
         end: &Expr,
         body: &ast::Block,
         span: Span,
+        checkpoint: Option<Span>,
     ) -> Res<()> {
-        let a = self.expr(start)?;
-        let b = self.expr(end)?;
-        for (e, t) in [(start, a), (end, b)] {
-            if t.ty != TypeTable::I64 {
-                let msg = format!("a range bound must be an i64, not {}", self.types.display(t.ty));
-                return Err(self.error(
-                    Diagnostic::error(msg, e.span).with_note("convert with `i64(x)` if you mean to truncate"),
-                ));
-            }
+        if let Some(mark) = checkpoint {
+            return self.checkpointed_for(var, start, end, body, span, mark);
         }
+        let (a, b) = self.range_bounds(start, end)?;
         let reachable = self.reachable;
         let carried = self.carried_vars(body);
         let header = self.enter_header(&carried, Some((a.v, &var.name)), start.span.to(end.span));

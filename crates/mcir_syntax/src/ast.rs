@@ -212,6 +212,9 @@ pub enum StmtKind {
         end: Expr,
         /// The body.
         body: Block,
+        /// Where `#[checkpoint]` marks the loop: its reverse pass recomputes the forward
+        /// pass from a logarithmic number of saved states instead of keeping every step.
+        checkpoint: Option<Span>,
     },
     /// `break;`
     Break,

@@ -128,6 +128,9 @@ pub enum Token {
     /// `)`
     #[token(")")]
     RParen,
+    /// `#`, which opens an attribute `#[name]`.
+    #[token("#")]
+    Hash,
     /// `[`
     #[token("[")]
     LBracket,
@@ -252,6 +255,7 @@ impl fmt::Display for Token {
             Token::Float(x) => return write!(f, "number `{x:?}`"),
             Token::LParen => "(",
             Token::RParen => ")",
+            Token::Hash => "#",
             Token::LBracket => "[",
             Token::RBracket => "]",
             Token::LBrace => "{",
