@@ -287,6 +287,7 @@ fn fits(types: &TypeTable, t: mcir_ir::TypeId, v: &Val) -> bool {
         (Type::Scalar(Scalar::Bool), Val::Bool(_)) => true,
         (Type::Array { elem, rank }, Val::Array(a)) => {
             a.shape.len() == *rank as usize
+                && a.shape.iter().all(|&n| n as u64 <= mcir_ir::MAX_EXTENT as u64)
                 && matches!(
                     (elem, &*a.data.borrow()),
                     (Scalar::F64, mcir_interp::ArrayData::F64(_))

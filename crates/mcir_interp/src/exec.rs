@@ -76,6 +76,8 @@ pub enum RuntimeErrorKind {
     RecursionTooDeep(usize),
     /// `zeros(-1)` and the like.
     NegativeExtent(i64),
+    /// An extent above [`mcir_ir::MAX_EXTENT`].
+    ExtentTooLarge(i64),
     /// An allocation larger than the limit.
     AllocationTooLarge {
         /// Bytes asked for (saturated).
@@ -131,6 +133,9 @@ impl fmt::Display for RuntimeErrorKind {
                 write!(f, "recursion too deep: more than {n} nested calls")
             }
             RuntimeErrorKind::NegativeExtent(n) => write!(f, "array extent {n} is negative"),
+            RuntimeErrorKind::ExtentTooLarge(n) => {
+                write!(f, "array extent {n} is larger than the largest allowed, {}", mcir_ir::MAX_EXTENT)
+            }
             RuntimeErrorKind::AllocationTooLarge { bytes, limit } => {
                 write!(f, "allocation of {bytes} bytes exceeds the limit of {limit} bytes")
             }
@@ -317,6 +322,9 @@ impl<'m> Interpreter<'m> {
                 let mut count: usize = 1;
                 for k in 1..a.len() {
                     let n = i(a, k)?;
+                    if n > mcir_ir::MAX_EXTENT {
+                        return Err(Kind::ExtentTooLarge(n));
+                    }
                     let n = usize::try_from(n).map_err(|_| Kind::NegativeExtent(n))?;
                     count = count.saturating_mul(n);
                     shape.push(n);

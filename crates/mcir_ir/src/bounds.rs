@@ -4,6 +4,12 @@
 //! The same facts show that some integer steps cannot overflow: `p + 1` for such a
 //! counter, and `x - c` (a constant `c >= 0`) where a branch has shown `x >= 0` (the
 //! counters that derived reverse passes count down).
+//!
+//! Integer arithmetic is also given a range — an interval computed from constants,
+//! array extents (at most [`crate::MAX_EXTENT`]) and counted loops (a counter lies in
+//! `start..bound` in its loop's body) — and an addition, subtraction or product whose
+//! range lies within `i64` cannot overflow: `j * d - j * (j + 1) / 2 + r` over loop
+//! counters and extents needs no check.
 
 use crate::cfg::ControlFlow;
 use crate::entity::EntityRef;
@@ -15,6 +21,10 @@ struct Fact {
     index: Value,
     bound: Value,
     body: Block,
+    /// The loop's header.
+    header: Block,
+    /// The smallest and largest first value of the counter.
+    start: (i64, i64),
 }
 
 fn defining(f: &Function, v: Value) -> Option<&InstData> {
@@ -76,6 +86,7 @@ fn facts(f: &Function, cfg: &ControlFlow) -> Vec<Fact> {
         let Some(k) = data.params.iter().position(|x| x == p) else { continue };
         let preds = &cfg.preds[h.index()];
         let mut ok = !preds.is_empty();
+        let mut start = (i64::MAX, i64::MIN);
         for &pred in preds {
             for call in f.blocks[pred].term.successors().filter(|c| c.block == h) {
                 let Some(&arg) = call.args.get(k) else {
@@ -87,15 +98,114 @@ fn facts(f: &Function, cfg: &ControlFlow) -> Vec<Fact> {
                         && ((d.args[0] == *p && const_of(f, d.args[1]) == Some(1))
                             || (d.args[1] == *p && const_of(f, d.args[0]) == Some(1)))
                 });
-                let is_start = const_of(f, arg).is_some_and(|c| c >= 0);
-                ok &= is_step || is_start;
+                let first = const_of(f, arg).filter(|&c| c >= 0);
+                if let Some(c) = first {
+                    start = (start.0.min(c), start.1.max(c));
+                }
+                ok &= is_step || first.is_some();
             }
         }
-        if let (true, Some(body)) = (ok, only_entry(cfg, then_dest)) {
-            out.push(Fact { index: *p, bound: *bound, body });
+        if let (true, Some(body), true) = (ok, only_entry(cfg, then_dest), start.0 <= start.1) {
+            out.push(Fact { index: *p, bound: *bound, body, header: h, start });
         }
     }
     out
+}
+
+/// A closed interval of integers, in `i128` so that arithmetic on bounds is exact.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+struct Range {
+    lo: i128,
+    hi: i128,
+}
+
+impl Range {
+    const FULL: Range = Range { lo: i64::MIN as i128, hi: i64::MAX as i128 };
+
+    fn fits(self) -> bool {
+        self.lo >= i64::MIN as i128 && self.hi <= i64::MAX as i128
+    }
+
+    /// The range of a value that an `i64` operation produced (it would have failed
+    /// otherwise).
+    fn clamped(self) -> Range {
+        Range { lo: self.lo.max(i64::MIN as i128), hi: self.hi.min(i64::MAX as i128).max(self.lo) }
+    }
+}
+
+/// The ranges of the integer values of a function.
+struct Ranges<'a> {
+    cfg: &'a ControlFlow,
+    facts: &'a [Fact],
+    /// Ranges of instruction results, computed where they are defined.
+    of: std::collections::HashMap<Value, Range>,
+}
+
+impl<'a> Ranges<'a> {
+    /// Ranges of every integer instruction result, in reverse post-order (so that the
+    /// operands' are known first).
+    fn compute(f: &'a Function, cfg: &'a ControlFlow, facts: &'a [Fact]) -> Ranges<'a> {
+        let mut r = Ranges { cfg, facts, of: Default::default() };
+        for &b in &cfg.rpo {
+            for &inst in &f.blocks[b].insts {
+                let d = &f.insts[inst];
+                let Some(v) = d.result else { continue };
+                if let Some(range) = r.result_range(d, b) {
+                    r.of.insert(v, range.clamped());
+                }
+            }
+        }
+        r
+    }
+
+    /// The range of `v` as seen in block `b`.
+    fn at(&self, v: Value, b: Block, depth: usize) -> Range {
+        if let Some(&r) = self.of.get(&v) {
+            return r;
+        }
+        let Some(fact) = self.facts.iter().find(|fa| fa.index == v) else { return Range::FULL };
+        if depth > 64 {
+            return Range::FULL;
+        }
+        let bound = self.at(fact.bound, fact.header, depth + 1);
+        let lo = fact.start.0 as i128;
+        if self.cfg.dominates(fact.body, b) {
+            Range { lo, hi: (bound.hi - 1).max(lo) }
+        } else {
+            Range { lo, hi: bound.hi.max(fact.start.1 as i128) }
+        }
+    }
+
+    /// The range of the result of `d`, computed in block `b`, if it is an integer
+    /// operation this analysis knows.
+    fn result_range(&self, d: &InstData, b: Block) -> Option<Range> {
+        let arg = |k: usize| self.at(d.args[k], b, 0);
+        Some(match d.op {
+            Op::IConst(c) => Range { lo: c as i128, hi: c as i128 },
+            Op::ArrayDim(_) => Range { lo: 0, hi: crate::MAX_EXTENT as i128 },
+            Op::IBinary(op) => {
+                let (x, y) = (arg(0), arg(1));
+                match op {
+                    IBinOp::Add => Range { lo: x.lo + y.lo, hi: x.hi + y.hi },
+                    IBinOp::Sub => Range { lo: x.lo - y.hi, hi: x.hi - y.lo },
+                    IBinOp::Mul => {
+                        let c = [x.lo * y.lo, x.lo * y.hi, x.hi * y.lo, x.hi * y.hi];
+                        Range { lo: *c.iter().min()?, hi: *c.iter().max()? }
+                    }
+                    // Division by a positive divisor truncates towards zero.
+                    IBinOp::Div if y.lo > 0 => {
+                        let c = [x.lo / y.lo, x.lo / y.hi, x.hi / y.lo, x.hi / y.hi];
+                        Range { lo: *c.iter().min()?, hi: *c.iter().max()? }
+                    }
+                    IBinOp::Rem if y.lo > 0 && x.lo >= 0 => Range { lo: 0, hi: (y.hi - 1).min(x.hi) },
+                    IBinOp::Min => Range { lo: x.lo.min(y.lo), hi: x.hi.min(y.hi) },
+                    IBinOp::Max => Range { lo: x.lo.max(y.lo), hi: x.hi.max(y.hi) },
+                    _ => return None,
+                }
+            }
+            _ => return None,
+        })
+    }
 }
 
 /// Whether `bound` is the extent of dimension `dim` of the array `a`.
@@ -112,8 +222,9 @@ fn is_extent(f: &Function, bound: Value, a: Value, dim: usize) -> bool {
 pub struct Proofs {
     /// For each load and store with a proven index, which of its indices are in bounds.
     pub in_bounds: std::collections::HashMap<Inst, Vec<bool>>,
-    /// Additions `p + 1` of a counter tested `p < bound`, and subtractions of a
-    /// non-negative constant from a value shown non-negative: they cannot overflow.
+    /// Additions `p + 1` of a counter tested `p < bound`, subtractions of a
+    /// non-negative constant from a value shown non-negative, and additions,
+    /// subtractions and products whose range lies within `i64`: they cannot overflow.
     pub no_overflow: std::collections::HashSet<Inst>,
 }
 
@@ -124,6 +235,17 @@ impl Function {
         let facts = facts(self, &cfg);
         let signs = non_negative(self, &cfg);
         let mut out = Proofs::default();
+        let ranges = Ranges::compute(self, &cfg, &facts);
+        for &b in &cfg.rpo {
+            for &inst in &self.blocks[b].insts {
+                let d = &self.insts[inst];
+                if matches!(d.op, Op::IBinary(IBinOp::Add | IBinOp::Sub | IBinOp::Mul))
+                    && ranges.result_range(d, b).is_some_and(Range::fits)
+                {
+                    out.no_overflow.insert(inst);
+                }
+            }
+        }
         if facts.is_empty() && signs.is_empty() {
             return out;
         }
@@ -240,6 +362,59 @@ bb1:
     ret %5
 bb2:
     ret %x_0
+}
+";
+        assert_eq!(no_overflow(ir), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn packed_triangle_indices_over_counters_and_extents_cannot_overflow() {
+        // for r in 0..d { for j in 0..r { j * d - j * (j + 1) / 2 + r } }, d an extent.
+        let ir = "fn @f(%a_0: f64[]) -> i64 {
+bb0:
+    %1: i64 = array.dim 0 %a_0
+    %2: i64 = iconst 0
+    jump bb1(%2, %2)
+bb1(%r_3: i64, %acc_4: i64):
+    %5: bool = icmp lt %r_3, %1
+    br %5, bb2, bb5
+bb2:
+    jump bb3(%2, %acc_4)
+bb3(%j_6: i64, %acc_7: i64):
+    %8: bool = icmp lt %j_6, %r_3
+    br %8, bb4, bb6
+bb4:
+    %9: i64 = imul %j_6, %1
+    %10: i64 = iconst 1
+    %11: i64 = iadd %j_6, %10
+    %12: i64 = imul %j_6, %11
+    %13: i64 = iconst 2
+    %14: i64 = idiv %12, %13
+    %15: i64 = isub %9, %14
+    %16: i64 = iadd %15, %r_3
+    %17: i64 = iadd %acc_7, %16
+    %18: i64 = iadd %j_6, %10
+    jump bb3(%18, %17)
+bb6:
+    %19: i64 = iconst 1
+    %20: i64 = iadd %r_3, %19
+    jump bb1(%20, %acc_7)
+bb5:
+    ret %acc_4
+}
+";
+        // Everything but the accumulation `%17`, whose range is not known.
+        assert_eq!(no_overflow(ir), vec![9, 11, 12, 15, 16, 18, 20]);
+    }
+
+    #[test]
+    fn a_product_of_unknown_values_keeps_its_check() {
+        let ir = "fn @f(%x_0: i64, %y_1: i64) -> i64 {
+bb0:
+    %2: i64 = imul %x_0, %y_1
+    %3: i64 = iconst 3
+    %4: i64 = imul %2, %3
+    ret %4
 }
 ";
         assert_eq!(no_overflow(ir), Vec::<usize>::new());

@@ -25,6 +25,11 @@ pub use function::{
     Block, BlockCall, BlockData, CustomRule, FuncId, Function, Inst, InstData, Module, RuleKind, Span,
     Terminator, Value, ValueData, ValueDef,
 };
+/// The largest extent of one dimension of an array: `zeros(n)` with a larger `n` is a
+/// runtime error. The bound lets range analysis prove index arithmetic free of overflow
+/// (a product of two indices or extents is below 2^62).
+pub const MAX_EXTENT: i64 = i32::MAX as i64;
+
 pub use op::{f64_to_i64, powi, CmpOp, FBinOp, FUnOp, IBinOp, IUnOp, IntError, Op, Transpose};
 pub use parse::{parse_module, ParseError};
 pub use print::{print_function, print_module};

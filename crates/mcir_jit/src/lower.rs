@@ -756,6 +756,7 @@ impl FnLower<'_, '_> {
                 Some(match op {
                     IBinOp::Add if self.proofs.no_overflow.contains(&inst) => self.b.ins().iadd(a, b),
                     IBinOp::Sub if self.proofs.no_overflow.contains(&inst) => self.b.ins().isub(a, b),
+                    IBinOp::Mul if self.proofs.no_overflow.contains(&inst) => self.b.ins().imul(a, b),
                     IBinOp::Add | IBinOp::Sub | IBinOp::Mul => {
                         let (r, of) = match op {
                             IBinOp::Add => self.b.ins().sadd_overflow(a, b),

@@ -145,6 +145,9 @@ pub(crate) fn array_header(
     len: usize,
     shape: &[usize],
 ) -> Result<*mut u8, Kind> {
+    if let Some(&n) = shape.iter().find(|&&n| n as u64 > mcir_ir::MAX_EXTENT as u64) {
+        return Err(Kind::ExtentTooLarge(n.min(i64::MAX as usize) as i64));
+    }
     let header = alloc(ctx, array::HEADER_BYTES as u64, false)?;
     // SAFETY: `header` is a fresh 48-byte block.
     unsafe {
@@ -168,7 +171,12 @@ fn extents(rank: i64, d0: i64, d1: i64, d2: i64) -> Result<Vec<usize>, Kind> {
     [d0, d1, d2]
         .iter()
         .take(rank.clamp(0, 3) as usize)
-        .map(|&n| usize::try_from(n).map_err(|_| Kind::NegativeExtent(n)))
+        .map(|&n| {
+            if n > mcir_ir::MAX_EXTENT {
+                return Err(Kind::ExtentTooLarge(n));
+            }
+            usize::try_from(n).map_err(|_| Kind::NegativeExtent(n))
+        })
         .collect()
 }
 
