@@ -57,6 +57,11 @@ pub(crate) struct Reverse<'a> {
     fw_entry_values: std::collections::HashSet<Value>,
     pub slots: Vec<Slot>,
     slot_of: HashMap<Value, usize>,
+    /// Slots of values pushed where they are read rather than where they are computed:
+    /// (forward value, reading primal block).
+    read_slot_of: HashMap<(Value, Block), usize>,
+    /// How many loops contain each primal block.
+    loop_depth: Vec<u32>,
     path_slot: Option<usize>,
     /// Values pushed at the end of each primal block: (primal block, forward value, slot).
     pub pushes: Vec<(Block, Value, usize)>,
@@ -202,6 +207,8 @@ impl<'a> Reverse<'a> {
             },
             slots: Vec::new(),
             slot_of: HashMap::new(),
+            read_slot_of: HashMap::new(),
+            loop_depth: mcir_ir::cfg::ControlFlow::compute(primal).loop_depths(),
             path_slot: None,
             pushes: Vec::new(),
             rblock,
@@ -267,6 +274,27 @@ impl<'a> Reverse<'a> {
         let ty = self.fw.e.ty(fv);
         let name = self.fw.e.func.values[fv].name.clone();
         let direct = self.fw_entry_values.contains(&fv);
+        let def = self.fw_def_block(fv).unwrap_or(self.cur);
+        if !direct && self.depth_of(self.cur) < self.depth_of(def) {
+            // Read outside a loop that computes it (a sum's final value, say): pushed
+            // once where it is read, instead of in every iteration of that loop.
+            let key = (fv, self.cur);
+            let slot = match self.read_slot_of.get(&key) {
+                Some(&s) => s,
+                None => {
+                    let s =
+                        self.new_slot(Some(fv), ty, name.clone().unwrap_or_else(|| "v".to_string()), false);
+                    self.read_slot_of.insert(key, s);
+                    s
+                }
+            };
+            let stack = self.slots[slot].rev_stack;
+            let v = self.insert_front(Op::StackPop, vec![stack], ty);
+            self.e.func.values[v].name = name;
+            self.popped.insert(fv, v);
+            self.pushes.push((self.cur, fv, slot));
+            return v;
+        }
         let slot = match self.slot_of.get(&fv) {
             Some(&s) => s,
             None => {
@@ -282,7 +310,6 @@ impl<'a> Reverse<'a> {
         // A value computed in another block (an outer loop's index, say) is pushed once
         // where it is computed and popped in that block's reverse; here the top of its
         // stack is the instance this block saw, so it is read without popping.
-        let def = self.fw_def_block(fv).unwrap_or(self.cur);
         let v = if def == self.cur {
             self.popped_in.insert((self.cur, fv));
             self.insert_front(Op::StackPop, vec![stack], ty)
@@ -358,6 +385,10 @@ impl<'a> Reverse<'a> {
     }
 
     /// The primal block whose forward block defines `fv`.
+    fn depth_of(&self, b: Block) -> u32 {
+        self.loop_depth.get(b.index()).copied().unwrap_or(0)
+    }
+
     fn fw_def_block(&self, fv: Value) -> Option<Block> {
         let fb = match self.fw.e.func.values[fv].def {
             mcir_ir::ValueDef::Param(b, _) => b,
