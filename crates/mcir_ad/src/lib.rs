@@ -219,6 +219,7 @@ fn derive_function(
     let live = analysis::live_out(primal);
     let counted = analysis::counted_headers(primal, &edges);
     let counters = analysis::loop_counters(primal, &edges, &counted);
+    let range_loops = counters.clone();
     let mut fw = forward::build_forward(module, rules, rule, primal, &edges, &counted, &counters, constant)?;
     let (rev, slots, pushes, path_slot, counter_slots) = {
         let mut rv = reverse::Reverse::new(
@@ -233,7 +234,7 @@ fn derive_function(
             options.corrupt.clone(),
             counters,
         );
-        rv.counted = counted;
+        rv.counted = counted.clone();
         rv.build_all(&edges)?;
         let path = rv.path_slot();
         let slots: Vec<(Option<mcir_ir::Value>, TypeId, String, bool)> =
@@ -258,8 +259,24 @@ fn derive_function(
             Some(format!("{}_stack", name.rsplit_once('_').map(|p| p.0).unwrap_or(name)));
         stacks.push(s);
     }
+    let static_tape = StaticTape::new(primal, &edges, &counted, range_loops);
+    let mut bases = Reserved::default();
     for (b, fv, slot) in pushes {
         let fb = fw.block_map[b.index()];
+        // In a range loop, a block run once per iteration (or the header, once more)
+        // stores its record at the iteration's index in room reserved before the loop.
+        if let Some(at) = static_tape.place(b) {
+            if let Some(idx) = static_tape.index(&mut fw, &mut bases, at, slot, stacks[slot], fb) {
+                fw.e.func.push_inst(
+                    fb,
+                    mcir_ir::Op::StackPut,
+                    vec![stacks[slot], idx, fv],
+                    None,
+                    primal.span,
+                );
+                continue;
+            }
+        }
         fw.e.func.push_inst(fb, mcir_ir::Op::StackPush, vec![stacks[slot], fv], None, primal.span);
     }
     // The tape is complete once the entry block has computed the values it holds directly.
@@ -311,6 +328,121 @@ fn derive_function(
     let fwd_func = dce::remove_dead_code(&fw.e.func).into_simplified_cfg();
     let rev_func = dce::remove_dead_code(&rev).into_simplified_cfg();
     Ok((fwd_func, rev_func))
+}
+
+/// Where the forward pass may store a block's tape records by index instead of pushing
+/// them: blocks of a range loop `for i in init..bound` (step 1, left only by its header's
+/// test) that run exactly once per iteration, and its header, which runs once more. The
+/// loop's preheader reserves `max(bound - init, 0)` records (one more for the header) on
+/// the record's stack, and iteration `i` stores at `base + (i - init)`: the same order
+/// pushes would give, without a length and capacity test per record.
+struct StaticTape<'a> {
+    primal: &'a Function,
+    cfg: mcir_ir::cfg::ControlFlow,
+    depth: Vec<u32>,
+    edges: &'a [Vec<analysis::Edge>],
+    counted: &'a [Option<analysis::CountedHeader>],
+    loops: Vec<analysis::LoopCounter>,
+}
+
+/// What the preheaders of range loops compute for the static tape: each loop's
+/// iteration count, and for each (loop, record slot) the offset that turns the loop's
+/// counter into the record's index.
+#[derive(Default)]
+struct Reserved {
+    runs: std::collections::HashMap<usize, mcir_ir::Value>,
+    offsets: std::collections::HashMap<(usize, usize), mcir_ir::Value>,
+}
+
+/// A block's place in a range loop: the loop (index into `StaticTape::loops`), and
+/// whether the block is the loop's header.
+#[derive(Copy, Clone)]
+struct Place {
+    lp: usize,
+    header: bool,
+}
+
+impl<'a> StaticTape<'a> {
+    fn new(
+        primal: &'a Function,
+        edges: &'a [Vec<analysis::Edge>],
+        counted: &'a [Option<analysis::CountedHeader>],
+        loops: Vec<analysis::LoopCounter>,
+    ) -> Self {
+        let cfg = mcir_ir::cfg::ControlFlow::compute(primal);
+        let depth = cfg.loop_depths();
+        let loops = loops.into_iter().filter(|l| l.step == 1 && l.range.is_some()).collect();
+        StaticTape { primal, cfg, depth, edges, counted, loops }
+    }
+
+    fn place(&self, b: mcir_ir::Block) -> Option<Place> {
+        let d = *self.depth.get(b.index())?;
+        let lp = self.loops.iter().position(|l| {
+            l.region.get(b.index()).copied().unwrap_or(false) && self.depth.get(l.header.index()) == Some(&d)
+        })?;
+        let l = &self.loops[lp];
+        if b == l.header {
+            return Some(Place { lp, header: true });
+        }
+        self.cfg.dominates(b, l.latch).then_some(Place { lp, header: false })
+    }
+
+    /// The index in `stack` (of `slot`) for this iteration's record, computed in forward
+    /// block `fb`, reserving the room in the loop's preheader on first use.
+    fn index(
+        &self,
+        fw: &mut forward::Forward,
+        bases: &mut Reserved,
+        at: Place,
+        slot: usize,
+        stack: mcir_ir::Value,
+        fb: mcir_ir::Block,
+    ) -> Option<mcir_ir::Value> {
+        use mcir_ir::{CmpOp, IBinOp, Op};
+        let l = &self.loops[at.lp];
+        let (init, bound) = l.range?;
+        let fwd = |v: mcir_ir::Value| fw.vmap.get(v.index()).copied().flatten();
+        let (finit, fbound, fi) = (fwd(init)?, fwd(bound)?, fwd(l.param)?);
+        let span = self.primal.span;
+        let i64t = Some(mcir_ir::TypeTable::I64);
+        let offset = match bases.offsets.get(&(at.lp, slot)) {
+            Some(&o) => o,
+            None => {
+                let c = self.counted.get(l.header.index()).copied().flatten()?;
+                let pre = self.edges.get(l.header.index())?.get(c.entry_edge)?.from;
+                let fpre = *fw.block_map.get(pre.index())?;
+                let f = &mut fw.e.func;
+                // Room for max(bound - init, 0) iterations, computed once per loop.
+                let runs = match bases.runs.get(&at.lp) {
+                    Some(&r) => r,
+                    None => {
+                        let diff =
+                            f.push_inst(fpre, Op::IBinary(IBinOp::Sub), vec![fbound, finit], i64t, span)?;
+                        let bool_t = Some(mcir_ir::TypeTable::BOOL);
+                        let some =
+                            f.push_inst(fpre, Op::ICmp(CmpOp::Lt), vec![finit, fbound], bool_t, span)?;
+                        let zero = f.push_inst(fpre, Op::IConst(0), vec![], i64t, span)?;
+                        let r = f.push_inst(fpre, Op::Select, vec![some, diff, zero], i64t, span)?;
+                        bases.runs.insert(at.lp, r);
+                        r
+                    }
+                };
+                // The header runs once more than the body.
+                let room = if at.header {
+                    let one = f.push_inst(fpre, Op::IConst(1), vec![], i64t, span)?;
+                    f.push_inst(fpre, Op::IBinary(IBinOp::Add), vec![runs, one], i64t, span)?
+                } else {
+                    runs
+                };
+                let base = f.push_inst(fpre, Op::StackReserve, vec![stack, room], i64t, span)?;
+                // Iteration i stores at base + (i - init) = (base - init) + i.
+                let o = f.push_inst(fpre, Op::IBinary(IBinOp::Sub), vec![base, finit], i64t, span)?;
+                bases.offsets.insert((at.lp, slot), o);
+                o
+            }
+        };
+        fw.e.func.push_inst(fb, Op::IBinary(IBinOp::Add), vec![offset, fi], i64t, span)
+    }
 }
 
 /// A value id that `push_inst` never returns in place of a real one.

@@ -460,8 +460,8 @@ impl Builder<'_> {
             self.vmap[pr.index()] = Some(nr);
         }
         // A result that does not vary needs no tangent code (ops without a result may
-        // still write shadows).
-        let quiet = d.result.is_some_and(|pr| !self.varied[pr.index()]);
+        // still write shadows, and so does `stack.reserve`, whose result is an index).
+        let quiet = d.result.is_some_and(|pr| !self.varied[pr.index()]) && d.op != Op::StackReserve;
         for lane in 0..self.width {
             let t = if quiet { None } else { self.rule(types, lane, &d.op, &d.args, &args, r, rty)? };
             // A result whose rule gives no tangent has a zero one: no shadow is needed.
@@ -779,6 +779,24 @@ impl Builder<'_> {
                 let Some(rt) = rty.filter(|&t| has_tangent(types, t)) else { return Ok(None) };
                 let sty = tangent_type(types, rt);
                 shadow(self.e.val(Op::StackNew, vec![], sty))
+            }
+            // The shadow stack is kept level with its stack: the same room, the same index.
+            Op::StackReserve => {
+                if has_tangent(types, self.primal.value_type(pa[0])) {
+                    let cell = self.ds(lane, pa[0])?;
+                    self.e.val(Op::StackReserve, vec![cell, a[1]], TypeTable::I64);
+                }
+                None
+            }
+            Op::StackPut => {
+                let ct = self.primal.value_type(pa[2]);
+                if has_tangent(types, ct) {
+                    let cell = self.ds(lane, pa[0])?;
+                    let tan = self.t(lane, pa[2]);
+                    let tv = self.tangent_value(types, ct, &tan);
+                    self.e.eff(Op::StackPut, vec![cell, a[1], tv]);
+                }
+                None
             }
             Op::TupleNew => Some(self.fields_tangent(lane, pa)),
             Op::StructNew(s) => {

@@ -1253,6 +1253,8 @@ impl<'a> Reverse<'a> {
             | Op::StackPush
             | Op::StackPop
             | Op::StackPeek
+            | Op::StackReserve
+            | Op::StackPut
             | Op::ArenaMark
             | Op::ArenaRelease => {
                 return Err(AdError {

@@ -610,6 +610,29 @@ impl<'m> Interpreter<'m> {
                 Val::Stack(s) => s.borrow_mut().pop().ok_or_else(|| internal("pop of an empty stack"))?,
                 _ => return Err(internal("stack.pop of a non-stack")),
             },
+            Op::StackReserve => match arg(a, 0)? {
+                Val::Stack(s) => {
+                    let n = usize::try_from(i(a, 1)?).unwrap_or(0);
+                    self.charge((n as u64).saturating_mul(8))?;
+                    let mut s = s.borrow_mut();
+                    let base = s.len();
+                    s.try_reserve(n)
+                        .map_err(|_| Kind::OutOfMemory { bytes: (n as u64).saturating_mul(8) })?;
+                    s.resize(base + n, Val::Unit);
+                    Val::I64(base as i64)
+                }
+                _ => return Err(internal("stack.reserve of a non-stack")),
+            },
+            Op::StackPut => match arg(a, 0)? {
+                Val::Stack(s) => {
+                    let k = i(a, 1)?;
+                    let mut s = s.borrow_mut();
+                    let slot = usize::try_from(k).ok().and_then(|k| s.get_mut(k));
+                    *slot.ok_or_else(|| internal("stack.put past the end of a stack"))? = arg(a, 2)?.clone();
+                    Val::Unit
+                }
+                _ => return Err(internal("stack.put to a non-stack")),
+            },
             Op::Call(_) => return Err(internal("calls are handled by the frame loop")),
             Op::Print => return Err(internal("print is handled by the frame loop")),
         })
@@ -696,6 +719,8 @@ fn allocated_bytes(op: &Op, out: &Val) -> u64 {
         | Op::MoveAdd
         | Op::StackPeek
         | Op::StackPop
+        | Op::StackReserve
+        | Op::StackPut
         | Op::Call(_)
         | Op::Print => 0,
     }

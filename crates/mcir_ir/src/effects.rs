@@ -41,7 +41,9 @@ pub fn argument_writes(module: &Module) -> Vec<Option<Span>> {
                         | Op::RefStore
                         | Op::MutStore(..)
                         | Op::StackPush
-                        | Op::StackPop => d.args.first().is_some_and(|&a| given(a)),
+                        | Op::StackPop
+                        | Op::StackReserve
+                        | Op::StackPut => d.args.first().is_some_and(|&a| given(a)),
                         Op::Call(g) => {
                             writes.get(g.index()).is_some_and(|w| w.is_some())
                                 && d.args.iter().any(|&a| given(a))

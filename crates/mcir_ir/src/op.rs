@@ -262,6 +262,13 @@ pub enum Op {
     StackPop,
     /// `stack.peek`: the last value pushed, left on the stack; an empty stack is an error.
     StackPeek,
+    /// `stack.reserve`: `(stack, n)` appends room for `n` values (none if `n < 0`), to be
+    /// filled by `stack.put`, and yields the index of the first. A counted loop's forward
+    /// pass reserves its iterations' records once instead of pushing in each.
+    StackReserve,
+    /// `stack.put`: `(stack, index, value)` stores a value in reserved room; an index
+    /// past the stack's end is an error.
+    StackPut,
 
     /// `arena.mark`: a position in the memory of the current call, for `arena.release`.
     /// Derived rules only: a checkpoint's passes mark before a recomputation.
@@ -585,6 +592,8 @@ impl Op {
             | Op::StackPush
             | Op::StackPop
             | Op::StackPeek
+            | Op::StackReserve
+            | Op::StackPut
             | Op::TrustedLoad
             | Op::TrustedStore
             | Op::ArenaMark

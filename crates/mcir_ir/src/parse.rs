@@ -772,6 +772,8 @@ impl Parser {
             "stack.push" => Op::StackPush,
             "stack.pop" => Op::StackPop,
             "stack.peek" => Op::StackPeek,
+            "stack.reserve" => Op::StackReserve,
+            "stack.put" => Op::StackPut,
             "arena.mark" => Op::ArenaMark,
             "arena.release" => Op::ArenaRelease,
             m => {

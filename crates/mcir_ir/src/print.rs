@@ -289,6 +289,8 @@ pub(crate) fn op_head(types: &TypeTable, op: &Op) -> String {
         Op::StackPush => "stack.push".to_string(),
         Op::StackPop => "stack.pop".to_string(),
         Op::StackPeek => "stack.peek".to_string(),
+        Op::StackReserve => "stack.reserve".to_string(),
+        Op::StackPut => "stack.put".to_string(),
         Op::ArenaMark => "arena.mark".to_string(),
         Op::ArenaRelease => "arena.release".to_string(),
     }

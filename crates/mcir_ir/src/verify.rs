@@ -569,6 +569,17 @@ impl Verifier<'_> {
                 Some(Type::Stack(_)) => want(&[], result),
                 _ => Err("yields a stack".into()),
             },
+            Op::StackReserve | Op::StackPut => {
+                let inner = match args.first().and_then(|&a| t.try_get(a)) {
+                    Some(Type::Stack(inner)) => *inner,
+                    _ => return Err("takes a stack first".into()),
+                };
+                if matches!(d.op, Op::StackReserve) {
+                    want(&[args[0], i64_], Some(i64_))
+                } else {
+                    want(&[args[0], i64_, inner], None)
+                }
+            }
             Op::StackPush | Op::StackPop | Op::StackPeek => {
                 let inner = match args.first().and_then(|&a| t.try_get(a)) {
                     Some(Type::Stack(inner)) => *inner,

@@ -55,6 +55,7 @@ rtfns! {
     "mc_zeros_like" => mc_zeros_like as extern "C" fn(_, _, _) -> _, [P, P, P] -> Some(P);
     "mc_poll" => mc_poll as extern "C" fn(_, _), [P, P] -> None;
     "mc_arena_release" => mc_arena_release as extern "C" fn(_, _), [P, P] -> None;
+    "mc_stack_reserve" => mc_stack_reserve as extern "C" fn(_, _, _, _) -> _, [P, P, P, P] -> Some(P);
     "mc_same_shape" => mc_same_shape as extern "C" fn(_, _, _, _), [P, P, P, P] -> None;
     "mc_array_like" => mc_array_like as extern "C" fn(_, _, _) -> _, [P, P, P] -> Some(P);
     "mc_sum_f64" => mc_sum_f64 as extern "C" fn(_, _, _) -> _, [P, P, P] -> Some(F);
@@ -1100,6 +1101,29 @@ impl FnLower<'_, '_> {
                 self.b.ins().store(flags(), v, addr, 0);
                 let up = self.b.ins().iadd_imm_s(len, 1);
                 self.b.ins().store(flags(), up, st, stack::LEN);
+                None
+            }
+            Op::StackReserve => {
+                let site = fallible_site(self);
+                let s = self.b.ins().iconst(P, site);
+                self.rt_call_checked("mc_stack_reserve", &[self.ctx, s, args[0], args[1]])
+            }
+            Op::StackPut => {
+                let site = fallible_site(self);
+                let st = args[0];
+                let len = self.b.ins().load(P, flags(), st, stack::LEN);
+                // Reserved room only: an index past the end is an internal error.
+                let past = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, args[1], len);
+                let z = self.zero();
+                self.check(past, site, FAIL_STACK_PUT, [z, z, z]);
+                let data = self.b.ins().load(P, flags(), st, stack::DATA);
+                let off = self.b.ins().imul_imm_s(args[1], 8);
+                let addr = self.b.ins().iadd(data, off);
+                let v = match machine_type(arg_ty(2)) {
+                    types::I8 => self.b.ins().uextend(P, args[2]),
+                    _ => args[2],
+                };
+                self.b.ins().store(flags(), v, addr, 0);
                 None
             }
             Op::StackPop | Op::StackPeek => {

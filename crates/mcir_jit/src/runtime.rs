@@ -21,6 +21,7 @@ pub(crate) const FAIL_OVERFLOW: i64 = 3;
 pub(crate) const FAIL_DEPTH: i64 = 4;
 pub(crate) const FAIL_TIMEOUT: i64 = 5;
 pub(crate) const FAIL_EMPTY_STACK: i64 = 6;
+pub(crate) const FAIL_STACK_PUT: i64 = 7;
 
 /// Records the first error of the call and sets the status.
 fn fail(ctx: *mut Ctx, site: i64, kind: Kind) {
@@ -189,6 +190,7 @@ pub(crate) extern "C" fn mc_fail(ctx: *mut Ctx, site: i64, code: i64, a: i64, b:
         FAIL_DEPTH => Kind::RecursionTooDeep(unsafe { (*ctx).max_depth } as usize),
         FAIL_TIMEOUT => Kind::Timeout(rt(ctx).timeout),
         FAIL_EMPTY_STACK => Kind::Internal("pop of an empty stack".into()),
+        FAIL_STACK_PUT => Kind::Internal("stack.put past the end of a stack".into()),
         _ => Kind::Internal(format!("unknown failure {code}")),
     };
     fail(ctx, site, kind);
@@ -661,6 +663,35 @@ pub(crate) extern "C" fn mc_stack_grow(ctx: *mut Ctx, site: i64, s: *mut u8) {
             *w.add(2) = new_cap as i64;
         }
         Ok(())
+    })
+}
+
+/// Appends room for `n` values (none if `n < 0`) to stack `s`, growing it once, and
+/// returns the index of the first.
+pub(crate) extern "C" fn mc_stack_reserve(ctx: *mut Ctx, site: i64, s: *mut u8, n: i64) -> i64 {
+    guard(ctx, site, || {
+        if s.is_null() {
+            return Err(Kind::Internal("a null stack".into()));
+        }
+        let n = n.max(0) as usize;
+        // SAFETY: `s` is a 24-byte stack header the runtime allocated.
+        unsafe {
+            let w = s as *mut i64;
+            let (data, len, cap) = (*w as *mut u64, *w.add(1) as usize, *w.add(2) as usize);
+            let need = len.checked_add(n).ok_or(Kind::IntegerOverflow)?;
+            if need > cap {
+                let new_cap = (cap * 2).max(need).max(16);
+                let bytes = (new_cap as u64).checked_mul(8).ok_or(Kind::IntegerOverflow)?;
+                let new = alloc(ctx, bytes, false)? as *mut u64;
+                if len > 0 {
+                    std::ptr::copy_nonoverlapping(data, new, len);
+                }
+                *w = new as i64;
+                *w.add(2) = new_cap as i64;
+            }
+            *w.add(1) = need as i64;
+            Ok(len as i64)
+        }
     })
 }
 
