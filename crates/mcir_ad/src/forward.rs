@@ -7,7 +7,9 @@ use crate::emit::Emit;
 use crate::tangent::{fdata_leaves, field_leaf_ranges, has_tangent, leaves, tangent_type, LeafKind};
 use crate::{AdError, RuleIds};
 use mcir_ir::entity::EntityRef;
-use mcir_ir::{Block, BlockCall, Function, Inst, Module, Op, Terminator, Type, TypeId, TypeTable, Value};
+use mcir_ir::{
+    Block, BlockCall, FUnOp, Function, Inst, Module, Op, Terminator, Type, TypeId, TypeTable, Value,
+};
 use std::collections::HashMap;
 
 /// The forward pass under construction, and what the reverse pass needs to know about it.
@@ -378,6 +380,17 @@ fn forward_inst(
             let callee_name = &ids[g.index()].name;
             fw.e.name(tape, Some(format!("{callee_name}_tape")));
             saved.push(tape);
+            res
+        }
+        // The reverse of `sin x` multiplies by `cos x` (of `cos x`, by `sin x`): computed
+        // here, beside its partner, native code makes the two one `sincos` call, and the
+        // reverse pass reads the factor from the tape instead of calling `cos` again.
+        // Dead-code elimination drops the factor when the reverse pass does not read it.
+        Op::FUnary(u @ (FUnOp::Sin | FUnOp::Cos)) => {
+            let partner = if *u == FUnOp::Sin { FUnOp::Cos } else { FUnOp::Sin };
+            let res = fw.e.func.push_inst(fw.e.block, d.op.clone(), args.clone(), result_ty, d.span);
+            let factor = fw.e.un(partner, args[0]);
+            saved.push(fw.e.name(factor, Some(partner.name().to_string())));
             res
         }
         op => fw.e.func.push_inst(fw.e.block, op.clone(), args.clone(), result_ty, d.span),

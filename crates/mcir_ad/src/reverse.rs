@@ -956,8 +956,19 @@ impl<'a> Reverse<'a> {
                 if !self.is_active(a[0]) {
                     return Ok(());
                 }
-                let r = self.result(inst)?;
-                if let Some(t) = self.unary_adjoint(*op, a[0], r, g)? {
+                let t = match op {
+                    // The forward pass computed the factor beside the op.
+                    FUnOp::Sin | FUnOp::Cos if !self.corrupting => {
+                        let factor = self.saved(inst, 0)?;
+                        let t = self.e.mul(g, factor);
+                        Some(if *op == FUnOp::Cos { self.e.neg(t) } else { t })
+                    }
+                    _ => {
+                        let r = self.result(inst)?;
+                        self.unary_adjoint(*op, a[0], r, g)?
+                    }
+                };
+                if let Some(t) = t {
                     self.contribute(a[0], 0, t);
                 }
             }

@@ -2,8 +2,9 @@
 //! instead of each making an array of its own (`sum(exp(x - m))` becomes one loop).
 //!
 //! An `f64` elementwise map is *fused* into its consumer when
-//! - its result has exactly one use, by an `f64` map or an `f64` `sum` of the same
-//!   block (the consumer),
+//! - its result has exactly one use, by an `f64` map, an `f64` `sum` or as the source
+//!   of an `array.add_into` or `array.copy_into` of the same block (the consumer: the
+//!   reverse pass's `dx += g * cos(x)` and a program's `a += b * c` become one loop),
 //! - and every instruction between the two can neither write memory nor fail, or is
 //!   fused into the same root.
 //!
@@ -61,7 +62,10 @@ pub(crate) fn fused_members(f: &Function, types: &TypeTable) -> HashSet<Inst> {
             let Some(&c) = user.get(&r) else { continue };
             let cd = &f.insts[c];
             let consumes = (is_map(&cd.op) && cd.result.is_some_and(f64_array))
-                || (matches!(cd.op, Op::Sum) && cd.result.is_some_and(|s| f.value_type(s) == TypeTable::F64));
+                || (matches!(cd.op, Op::Sum) && cd.result.is_some_and(|s| f.value_type(s) == TypeTable::F64))
+                || (matches!(cd.op, Op::AddInto | Op::CopyInto)
+                    && cd.args.get(1) == Some(&r)
+                    && f64_array(cd.args[0]));
             let same_block = position.get(&i).map(|p| p.0) == position.get(&c).map(|p| p.0);
             if consumes && same_block && position[&i].1 < position[&c].1 {
                 consumer.insert(i, c);
@@ -163,6 +167,21 @@ bb0:
 }
 ";
         assert_eq!(fused(ir), vec![2, 3, 5]);
+    }
+
+    #[test]
+    fn a_chain_written_into_an_array_is_fused_into_the_write() {
+        let ir = "fn @f(%x_0: f64[], %dx_1: f64[], %g_2: f64) {
+bb0:
+    %3: f64[] = map.cos %x_0
+    %4: f64[] = map.fmul %3, %g_2
+    array.add_into %dx_1, %4
+    %5: f64[] = map.fadd %x_0, %dx_1
+    array.copy_into %x_0, %5
+    ret
+}
+";
+        assert_eq!(fused(ir), vec![3, 4, 5]);
     }
 
     #[test]

@@ -81,6 +81,7 @@ rtfns! {
     "mc_pow" => mc_pow as extern "C" fn(_, _) -> _, [F, F] -> Some(F);
     "mc_atan2" => mc_atan2 as extern "C" fn(_, _) -> _, [F, F] -> Some(F);
     "mc_powi" => mc_powi as extern "C" fn(_, _) -> _, [F, P] -> Some(F);
+    "mc_sincos" => mc_sincos as extern "C" fn(_, _) -> _, [F, P] -> Some(F);
 }
 
 /// The machine type of an IR type: `f64`, `i64`, a byte for `bool`, a pointer otherwise.
@@ -146,6 +147,33 @@ struct FnLower<'a, 'b> {
     /// the offset of the next allocation in it.
     block_bytes: i64,
     piece: Option<(CValue, i64)>,
+    /// `sin x` and `cos x` of one operand in one block: each instruction's partner's
+    /// result. The first of a pair to be lowered computes both with one `sincos` call.
+    sincos_partner: HashMap<mcir_ir::Inst, Value>,
+    /// The stack slot `sincos` writes its cosine to.
+    sincos_slot: Option<cranelift_codegen::ir::StackSlot>,
+}
+
+/// The pairs `sin x`, `cos x` of one operand in one block (see `FnLower::sincos_partner`).
+fn sincos_pairs(f: &Function) -> HashMap<mcir_ir::Inst, Value> {
+    let mut out = HashMap::new();
+    for (_, data) in f.blocks.iter() {
+        let mut first: HashMap<(Value, bool), (mcir_ir::Inst, Value)> = HashMap::new();
+        for &i in &data.insts {
+            let d = &f.insts[i];
+            let (Op::FUnary(op @ (FUnOp::Sin | FUnOp::Cos)), Some(r)) = (&d.op, d.result) else { continue };
+            let is_sin = *op == FUnOp::Sin;
+            if let Some(&(other, other_r)) = first.get(&(d.args[0], !is_sin)) {
+                if !out.contains_key(&other) {
+                    out.insert(other, r);
+                    out.insert(i, other_r);
+                }
+            } else {
+                first.entry((d.args[0], is_sin)).or_insert((i, r));
+            }
+        }
+    }
+    out
 }
 
 /// How many bytes of the arena `op` (with `nargs` arguments) takes, when that is fixed.
@@ -234,6 +262,8 @@ impl<'a> Lowering<'a> {
             fused,
             block_bytes: 0,
             piece: None,
+            sincos_partner: sincos_pairs(f),
+            sincos_slot: None,
         };
         fl.run()?;
         fl.b.finalize(target);
@@ -629,8 +659,12 @@ impl FnLower<'_, '_> {
         let mut arrays = Vec::new();
         let mut checked = Vec::new();
         let is_sum = matches!(d.op, Op::Sum);
+        let add_into = matches!(d.op, Op::AddInto);
+        let into = add_into || matches!(d.op, Op::CopyInto);
         let e = if is_sum {
             self.fused_elem(d.args[0], &mut arrays, &mut checked)?
+        } else if into {
+            self.fused_elem(d.args[1], &mut arrays, &mut checked)?
         } else {
             self.map_elem(root, &mut arrays, &mut checked)?
         };
@@ -644,7 +678,17 @@ impl FnLower<'_, '_> {
         }
         let first = *arrays.first().ok_or("a fused map reads no array")?;
         let n = self.b.ins().load(P, header_flags(), first, array::LEN);
-        let out = if is_sum {
+        // `add_into` and `copy_into` write their destination, whose shape they check last.
+        let dst = if into {
+            let dst = self.v(d.args[0])?;
+            let site = self.site(d.span);
+            let s = self.b.ins().iconst(P, site);
+            self.rt_call_checked("mc_same_shape", &[self.ctx, s, dst, first]);
+            Some(self.b.ins().load(P, header_flags(), dst, array::DATA))
+        } else {
+            None
+        };
+        let out = if is_sum || into {
             None
         } else {
             let site = self.site(d.span);
@@ -675,13 +719,26 @@ impl FnLower<'_, '_> {
             })
             .collect();
         let x = self.elem_value(&e, &loaded);
-        let next_acc = match out {
-            Some((_, out_data)) => {
+        let next_acc = match (out, dst) {
+            (Some((_, out_data)), _) => {
                 let addr = self.b.ins().iadd(out_data, off);
                 self.b.ins().store(flags(), x, addr, 0);
                 acc
             }
-            None => self.b.ins().fadd(acc, x),
+            (None, Some(dst_data)) => {
+                // Every operand's element is loaded before the destination's is written:
+                // the destination may be one of them.
+                let addr = self.b.ins().iadd(dst_data, off);
+                let new = if add_into {
+                    let old = self.b.ins().load(F, flags(), addr, 0);
+                    self.b.ins().fadd(old, x)
+                } else {
+                    x
+                };
+                self.b.ins().store(flags(), new, addr, 0);
+                acc
+            }
+            (None, None) => self.b.ins().fadd(acc, x),
         };
         let next = self.b.ins().iadd_imm_s(k, 1);
         self.b.ins().jump(header, &[next.into(), next_acc.into()]);
@@ -690,6 +747,9 @@ impl FnLower<'_, '_> {
             Some((out, _)) => out,
             None => total,
         };
+        if into {
+            return Ok(());
+        }
         let r = d.result.ok_or("a fused root has no result")?;
         self.vals[r.index()] = Some(result);
         Ok(())
@@ -702,6 +762,23 @@ impl FnLower<'_, '_> {
         let r = self.b.ins().select(better, b, a);
         let b_nan = self.b.ins().fcmp(FloatCC::Unordered, b, b);
         self.b.ins().select(b_nan, b, r)
+    }
+
+    /// `sin x` and `cos x` from one call.
+    fn sincos(&mut self, x: CValue) -> (CValue, CValue) {
+        use cranelift_codegen::ir::{StackSlotData, StackSlotKind};
+        let slot = match self.sincos_slot {
+            Some(s) => s,
+            None => {
+                let s = self.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, 8, 3));
+                self.sincos_slot = Some(s);
+                s
+            }
+        };
+        let addr = self.b.ins().stack_addr(P, slot, 0);
+        let sin = self.rt_call("mc_sincos", &[x, addr]).unwrap_or(x);
+        let cos = self.b.ins().stack_load(P, F, slot, 0);
+        (sin, cos)
     }
 
     fn unary(&mut self, op: FUnOp, x: CValue) -> CValue {
@@ -748,6 +825,20 @@ impl FnLower<'_, '_> {
             Op::IConst(c) => Some(self.b.ins().iconst(types::I64, *c)),
             Op::BConst(c) => Some(self.b.ins().iconst(types::I8, *c as i64)),
             Op::FBinary(op) => Some(self.fbinary(*op, args[0], args[1])),
+            Op::FUnary(op @ (FUnOp::Sin | FUnOp::Cos)) if self.sincos_partner.contains_key(&inst) => {
+                let own = d.result.and_then(|r| self.vals[r.index()]);
+                match own {
+                    // Its partner, lowered first, computed it.
+                    Some(v) => Some(v),
+                    None => {
+                        let (sin, cos) = self.sincos(args[0]);
+                        let (mine, theirs) = if *op == FUnOp::Sin { (sin, cos) } else { (cos, sin) };
+                        let partner = self.sincos_partner[&inst];
+                        self.vals[partner.index()] = Some(theirs);
+                        Some(mine)
+                    }
+                }
+            }
             Op::FUnary(op) => Some(self.unary(*op, args[0])),
             Op::FPowI => self.rt_call("mc_powi", &args),
             Op::IBinary(op) => {

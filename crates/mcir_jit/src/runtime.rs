@@ -594,6 +594,33 @@ pub(crate) extern "C" fn mc_map_powi(ctx: *mut Ctx, site: i64, a: *mut u8, n: i6
     .0
 }
 
+/// `dst += src` (`dst += alpha * src`) elementwise, for arrays of one shape. Element `k`
+/// of `dst` depends only on element `k` of each, so one array as both, or two headers of
+/// one buffer, is updated in place; partly overlapping buffers (which the runtime never
+/// makes) are read from a copy.
+fn add_scaled(d: ArrayRef, x: ArrayRef, alpha: Option<f64>) {
+    let n = d.len().min(x.len());
+    let (dp, xp) = (d.data() as *mut f64, x.data() as *const f64);
+    let (lo, hi) = (dp as usize, dp as usize + 8 * n);
+    let (xlo, xhi) = (xp as usize, xp as usize + 8 * n);
+    let overlap = n > 0 && lo < xhi && xlo < hi && lo != xlo;
+    let copy;
+    let xp = if overlap {
+        copy = x.f64s()[..n].to_vec();
+        copy.as_ptr()
+    } else {
+        xp
+    };
+    // SAFETY: both buffers hold at least `n` f64s; raw pointers, not slices, because they
+    // may be one buffer, and each element is read before it is written.
+    unsafe {
+        match alpha {
+            None => (0..n).for_each(|k| *dp.add(k) += *xp.add(k)),
+            Some(a) => (0..n).for_each(|k| *dp.add(k) += a * *xp.add(k)),
+        }
+    }
+}
+
 pub(crate) extern "C" fn mc_add_into(
     ctx: *mut Ctx,
     site: i64,
@@ -610,8 +637,7 @@ pub(crate) extern "C" fn mc_add_into(
         }
         let x = arr(src)?;
         same_shape(d, x)?;
-        let v: Vec<f64> = x.f64s().to_vec();
-        d.f64s().iter_mut().zip(&v).for_each(|(e, x)| *e += x);
+        add_scaled(d, x, None);
         Ok(())
     })
 }
@@ -620,8 +646,7 @@ pub(crate) extern "C" fn mc_axpy(ctx: *mut Ctx, site: i64, dst: *mut u8, alpha: 
     guard(ctx, site, || {
         let (d, x) = (arr(dst)?, arr(src)?);
         same_shape(d, x)?;
-        let v: Vec<f64> = x.f64s().to_vec();
-        d.f64s().iter_mut().zip(&v).for_each(|(e, x)| *e += alpha * x);
+        add_scaled(d, x, Some(alpha));
         Ok(())
     })
 }
@@ -631,8 +656,7 @@ pub(crate) extern "C" fn mc_move_add(ctx: *mut Ctx, site: i64, dst: *mut u8, src
         let (d, x) = (arr(dst)?, arr(src)?);
         same_shape(d, x)?;
         if d.header != x.header {
-            let v: Vec<f64> = x.f64s().to_vec();
-            d.f64s().iter_mut().zip(&v).for_each(|(e, x)| *e += x);
+            add_scaled(d, x, None);
             x.f64s().fill(0.0);
         }
         Ok(())
@@ -732,6 +756,32 @@ pub(crate) extern "C" fn mc_pow(x: f64, y: f64) -> f64 {
 
 pub(crate) extern "C" fn mc_atan2(y: f64, x: f64) -> f64 {
     FBinOp::Atan2.eval(y, x)
+}
+
+/// `sin x`, with `cos x` written to `cos_out`: one evaluation for both where the C
+/// library has `sincos` (glibc's gives exactly its `sin` and `cos`, which the
+/// interpreter calls).
+pub(crate) extern "C" fn mc_sincos(x: f64, cos_out: *mut f64) -> f64 {
+    let (s, c) = sin_cos(x);
+    // SAFETY: generated code passes an 8-byte stack slot.
+    unsafe { *cos_out = c };
+    s
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn sin_cos(x: f64) -> (f64, f64) {
+    extern "C" {
+        fn sincos(x: f64, s: *mut f64, c: *mut f64);
+    }
+    let (mut s, mut c) = (0.0, 0.0);
+    // SAFETY: glibc's sincos writes the two results and nothing else.
+    unsafe { sincos(x, &mut s, &mut c) };
+    (s, c)
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn sin_cos(x: f64) -> (f64, f64) {
+    (FUnOp::Sin.eval(x), FUnOp::Cos.eval(x))
 }
 
 pub(crate) extern "C" fn mc_powi(x: f64, n: i64) -> f64 {
