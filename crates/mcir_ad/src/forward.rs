@@ -414,7 +414,37 @@ fn forward_inst(
             | Op::Transpose
                 if has_tangent(types, rt) =>
             {
-                let s = fw.e.val(Op::ZerosLike, vec![nr], rt);
+                // An elementwise map's result has the shape of its array operands: its
+                // shadow, made from one of them just before the map, leaves the result
+                // one use and nothing between the map and its consumer, so native code
+                // computes the map inside its consumer's loop (`sum(sin(x))`, one loop).
+                // Through chains of maps to the array they start from, so that no map
+                // of the chain gets a second use either.
+                let is_map = |op: &Op| matches!(op, Op::MapFBinary(_) | Op::MapFUnary(_) | Op::MapFPowI);
+                let mut like = None;
+                let mut operands = is_map(&d.op).then(|| args.clone());
+                while let Some(ops) = operands.take() {
+                    let Some(a) = ops.into_iter().find(|&a| fw.e.ty(a) == rt) else { break };
+                    like = Some(a);
+                    if let mcir_ir::ValueDef::Inst(i) = fw.e.func.values[a].def {
+                        let inner = &fw.e.func.insts[i];
+                        if is_map(&inner.op) {
+                            operands = Some(inner.args.clone());
+                        }
+                    }
+                }
+                let s = fw.e.val(Op::ZerosLike, vec![like.unwrap_or(nr)], rt);
+                if like.is_some() {
+                    let insts = &mut fw.e.func.blocks[fw.e.block].insts;
+                    if let (mcir_ir::ValueDef::Inst(map), Some(zeros)) =
+                        (fw.e.func.values[nr].def, insts.last().copied())
+                    {
+                        if let Some(at) = insts.iter().position(|&i| i == map) {
+                            insts.pop();
+                            insts.insert(at, zeros);
+                        }
+                    }
+                }
                 result_shadows.push(fw.e.name(s, sname));
             }
             Op::RefNew if has_tangent(types, rt) => {

@@ -6,7 +6,8 @@
 //!   of an `array.add_into` or `array.copy_into` of the same block (the consumer: the
 //!   reverse pass's `dx += g * cos(x)` and a program's `a += b * c` become one loop),
 //! - and every instruction between the two can neither write memory nor fail, or is
-//!   fused into the same root.
+//!   fused into the same root, or only allocates while no member of the group can
+//!   fail (a derived pass's `array.zeros_like` between a map and its consumer).
 //!
 //! The first condition means no one else sees the intermediate array; the second
 //! that the arrays the fused loop reads hold, when the loop runs at the root's place,
@@ -86,14 +87,26 @@ pub(crate) fn fused_members(f: &Function, types: &TypeTable) -> HashSet<Inst> {
                 }
             }
         }
+        // Groups none of whose members can fail may also move across allocations: only
+        // the order of failures matters, and such a group has none to reorder.
+        let mut group_can_fail: HashSet<Inst> = HashSet::new();
+        for (m, r) in &root {
+            if can_fail(f, types, *m) {
+                group_can_fail.insert(*r);
+            }
+        }
         let dropped: Vec<Inst> = consumer
             .iter()
             .filter(|&(m, c)| {
                 let (bi, from) = position[m];
                 let r = root.get(m);
-                blocks[bi][from + 1..position[c].1]
-                    .iter()
-                    .any(|between| !is_quiet(f, types, *between) && root.get(between) != r)
+                let infallible = r.is_some_and(|r| !group_can_fail.contains(r));
+                blocks[bi][from + 1..position[c].1].iter().any(|between| {
+                    let allowed = is_quiet(f, types, *between)
+                        || root.get(between) == r
+                        || (infallible && only_allocates(&f.insts[*between].op));
+                    !allowed
+                })
             })
             .map(|(&m, _)| m)
             .collect();
@@ -105,6 +118,20 @@ pub(crate) fn fused_members(f: &Function, types: &TypeTable) -> HashSet<Inst> {
         }
     }
     consumer.into_keys().collect()
+}
+
+/// Whether a map can fail: one of two arrays, whose shapes may differ.
+fn can_fail(f: &Function, types: &TypeTable, i: Inst) -> bool {
+    let d = &f.insts[i];
+    matches!(d.op, Op::MapFBinary(_)) && d.args.iter().all(|&a| types.as_array(f.value_type(a)).is_some())
+}
+
+/// Ops whose only effect is an allocation, which may fail at the memory limit.
+fn only_allocates(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::ZerosLike | Op::ArrayLit(_) | Op::RefNew | Op::TupleNew | Op::StructNew(_) | Op::StackNew
+    )
 }
 
 /// The elementwise `f64` maps that can be fused.
@@ -182,6 +209,25 @@ bb0:
 }
 ";
         assert_eq!(fused(ir), vec![3, 4, 5]);
+    }
+
+    #[test]
+    fn an_allocation_in_between_prevents_fusion_only_of_groups_that_can_fail() {
+        let ir = "fn @f(%x_0: f64[], %y_1: f64[], %m_2: f64) -> f64 {
+bb0:
+    %3: f64[] = map.fsub %x_0, %m_2
+    %4: f64[] = array.zeros_like %x_0
+    %5: f64[] = map.exp %3
+    %6: f64 = array.sum %5
+    %7: f64[] = map.fsub %x_0, %y_1
+    %8: f64[] = array.zeros_like %x_0
+    %9: f64[] = map.exp %7
+    %10: f64 = array.sum %9
+    %11: f64 = fadd %6, %10
+    ret %11
+}
+";
+        assert_eq!(fused(ir), vec![3, 5, 9]);
     }
 
     #[test]
