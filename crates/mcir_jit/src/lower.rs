@@ -1195,9 +1195,30 @@ impl FnLower<'_, '_> {
                 None
             }
             Op::StackReserve => {
+                // Fast path inline: when the room is there, move the length; grow through
+                // the runtime if not (which also refuses a negative count).
                 let site = fallible_site(self);
+                let st = args[0];
+                let len = self.b.ins().load(P, flags(), st, stack::LEN);
+                let cap = self.b.ins().load(P, flags(), st, stack::CAP);
+                let room = self.b.ins().isub(cap, len);
+                let fits = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, args[1], room);
+                let fast = self.b.create_block();
+                let slow = self.b.create_block();
+                let done = self.b.create_block();
+                let base = self.b.append_block_param(done, P);
+                self.b.ins().brif(fits, fast, &[], slow, &[]);
+                self.b.switch_to_block(fast);
+                let up = self.b.ins().iadd(len, args[1]);
+                self.b.ins().store(flags(), up, st, stack::LEN);
+                self.b.ins().jump(done, &[len.into()]);
+                self.b.switch_to_block(slow);
+                self.b.set_cold_block(slow);
                 let s = self.b.ins().iconst(P, site);
-                self.rt_call_checked("mc_stack_reserve", &[self.ctx, s, args[0], args[1]])
+                let r = self.rt_call_checked("mc_stack_reserve", &[self.ctx, s, st, args[1]]).unwrap_or(len);
+                self.b.ins().jump(done, &[r.into()]);
+                self.b.switch_to_block(done);
+                Some(base)
             }
             Op::StackPut => {
                 let site = fallible_site(self);
