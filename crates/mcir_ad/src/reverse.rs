@@ -92,7 +92,7 @@ pub(crate) struct Reverse<'a> {
 }
 
 /// How deep a chain of cheap computations is recomputed in a reverse pass.
-const REMAT_DEPTH: u32 = 6;
+const REMAT_DEPTH: u32 = 12;
 
 fn adjoint_name(name: &Option<String>) -> Option<String> {
     Some(match name {
@@ -431,8 +431,48 @@ impl<'a> Reverse<'a> {
         if let Some(v) = self.reload(primal_v)? {
             return Ok(v);
         }
+        if let Some(v) = self.recompute_arithmetic(primal_v)? {
+            return Ok(v);
+        }
         let fv = self.fw.fwd(primal_v)?;
         Ok(self.get(fv))
+    }
+
+    /// A sum, difference or product of elements loaded earlier in the block being
+    /// reversed (or of constants) is computed again from reloaded elements instead of
+    /// being taped: `x[i, j] - mu[c, j]` costs two loads and a subtraction, where taping
+    /// it costs a store, a load and the tape's memory traffic.
+    fn recompute_arithmetic(&mut self, primal_v: Value) -> Result<Option<Value>, AdError> {
+        let mcir_ir::ValueDef::Inst(inst) = self.primal.values[primal_v].def else { return Ok(None) };
+        let d = &self.primal.insts[inst];
+        let Op::FBinary(op @ (FBinOp::Add | FBinOp::Sub | FBinOp::Mul)) = d.op else { return Ok(None) };
+        let args = d.args.clone();
+        let Some(pos) = self.primal.blocks[self.cur].insts.iter().position(|&i| i == inst) else {
+            return Ok(None);
+        };
+        if pos >= self.cur_pos {
+            return Ok(None);
+        }
+        if let Some(&v) = self.reloaded.get(&primal_v) {
+            return Ok(Some(v));
+        }
+        let mut ops = Vec::with_capacity(2);
+        for a in args {
+            let v = match self.primal.values[a].def {
+                mcir_ir::ValueDef::Inst(c) if matches!(self.primal.insts[c].op, Op::FConst(_)) => {
+                    self.e.val(self.primal.insts[c].op.clone(), vec![], TypeTable::F64)
+                }
+                _ => match self.reload(a)? {
+                    Some(v) => v,
+                    None => return Ok(None),
+                },
+            };
+            ops.push(v);
+        }
+        let v = self.e.val(Op::FBinary(op), ops, TypeTable::F64);
+        self.e.func.values[v].name = self.fw.e.func.values[self.fw.fwd(primal_v)?].name.clone();
+        self.reloaded.insert(primal_v, v);
+        Ok(Some(v))
     }
 
     /// A value loaded from an array earlier in the block being reversed is loaded again
