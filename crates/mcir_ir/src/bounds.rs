@@ -217,6 +217,18 @@ fn is_extent(f: &Function, bound: Value, a: Value, dim: usize) -> bool {
     defining(f, a).is_some_and(|d| matches!(d.op, Op::ArrayFill) && d.args.get(1 + dim) == Some(&bound))
 }
 
+/// Whether counter `idx` (of one of the loops `valid`) stays below the extent of
+/// dimension `dim` of `a`: its bound is that extent, or another such counter, which is
+/// itself below it (`j < r < size(x, 1)` for `for r in 0..size(x, 1) { for j in 0..r }`),
+/// up to `depth` counters deep.
+fn below_extent(f: &Function, valid: &[&Fact], idx: Value, a: Value, dim: usize, depth: u32) -> bool {
+    valid.iter().any(|fa| {
+        fa.index == idx
+            && (is_extent(f, fa.bound, a, dim)
+                || (depth > 1 && below_extent(f, valid, fa.bound, a, dim, depth - 1)))
+    })
+}
+
 /// What the counted loops of a function prove about its instructions.
 #[derive(Clone, Debug, Default)]
 pub struct Proofs {
@@ -280,12 +292,8 @@ impl Function {
                     _ => continue,
                 };
                 let a = d.args[0];
-                let dims: Vec<bool> = (0..n_idx)
-                    .map(|dim| {
-                        let idx = d.args[1 + dim];
-                        valid.iter().any(|fa| fa.index == idx && is_extent(self, fa.bound, a, dim))
-                    })
-                    .collect();
+                let dims: Vec<bool> =
+                    (0..n_idx).map(|dim| below_extent(self, &valid, d.args[1 + dim], a, dim, 3)).collect();
                 if dims.iter().any(|&x| x) {
                     out.in_bounds.insert(inst, dims);
                 }
@@ -405,6 +413,44 @@ bb5:
 ";
         // Everything but the accumulation `%17`, whose range is not known.
         assert_eq!(no_overflow(ir), vec![9, 11, 12, 15, 16, 18, 20]);
+    }
+
+    #[test]
+    fn a_counter_bounded_by_a_counter_below_an_extent_is_in_bounds() {
+        // for r in 0..len(a) { for j in 0..r { a[j] } }
+        let ir = "fn @f(%a_0: f64[]) -> f64 {
+bb0:
+    %1: i64 = iconst 0
+    %2: i64 = array.dim 0 %a_0
+    %3: f64 = fconst 0.0
+    jump bb1(%1, %3)
+bb1(%r_4: i64, %s_5: f64):
+    %6: bool = icmp lt %r_4, %2
+    br %6, bb3, bb2
+bb2:
+    ret %s_5
+bb3:
+    %7: i64 = iconst 0
+    jump bb4(%7, %s_5)
+bb4(%j_8: i64, %s_9: f64):
+    %10: bool = icmp lt %j_8, %r_4
+    br %10, bb6, bb5
+bb5:
+    %11: i64 = iconst 1
+    %12: i64 = iadd %r_4, %11
+    jump bb1(%12, %s_9)
+bb6:
+    %13: f64 = load %a_0[%j_8]
+    %14: f64 = fadd %s_9, %13
+    %15: i64 = iconst 1
+    %16: i64 = iadd %j_8, %15
+    jump bb4(%16, %14)
+}
+";
+        let m = crate::parse_module(ir).expect("parses");
+        let (_, f) = m.funcs.iter().next().expect("a function");
+        let mut f = f.clone();
+        assert_eq!(f.trust_proven_indices(), 1);
     }
 
     #[test]
