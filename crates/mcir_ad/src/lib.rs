@@ -266,14 +266,9 @@ fn derive_function(
         // In a range loop, a block run once per iteration (or the header, once more)
         // stores its record at the iteration's index in room reserved before the loop.
         if let Some(at) = static_tape.place(b) {
-            if let Some(idx) = static_tape.index(&mut fw, &mut bases, at, slot, stacks[slot], fb) {
-                fw.e.func.push_inst(
-                    fb,
-                    mcir_ir::Op::StackPut,
-                    vec![stacks[slot], idx, fv],
-                    None,
-                    primal.span,
-                );
+            if let Some((offset, i)) = static_tape.index(&mut fw, &mut bases, at, slot, stacks[slot]) {
+                let args = vec![stacks[slot], offset, i, fv];
+                fw.e.func.push_inst(fb, mcir_ir::Op::StackPut, args, None, primal.span);
                 continue;
             }
         }
@@ -334,8 +329,9 @@ fn derive_function(
 /// them: blocks of a range loop `for i in init..bound` (step 1, left only by its header's
 /// test) that run exactly once per iteration, and its header, which runs once more. The
 /// loop's preheader reserves `max(bound - init, 0)` records (one more for the header) on
-/// the record's stack, and iteration `i` stores at `base + (i - init)`: the same order
-/// pushes would give, without a length and capacity test per record.
+/// the record's stack, and iteration `i` stores at `base + (i - init)` (computed modulo
+/// 2⁶⁴ as `(base - init) + i`, so that no extreme bound overflows): the same order pushes
+/// would give, without a length and capacity test per record.
 struct StaticTape<'a> {
     primal: &'a Function,
     cfg: mcir_ir::cfg::ControlFlow,
@@ -345,12 +341,10 @@ struct StaticTape<'a> {
     loops: Vec<analysis::LoopCounter>,
 }
 
-/// What the preheaders of range loops compute for the static tape: each loop's
-/// iteration count, and for each (loop, record slot) the offset that turns the loop's
-/// counter into the record's index.
+/// What the preheaders of range loops compute for the static tape: for each (loop,
+/// record slot), the offset that turns the loop's counter into the record's index.
 #[derive(Default)]
 struct Reserved {
-    runs: std::collections::HashMap<usize, mcir_ir::Value>,
     offsets: std::collections::HashMap<(usize, usize), mcir_ir::Value>,
 }
 
@@ -387,8 +381,8 @@ impl<'a> StaticTape<'a> {
         self.cfg.dominates(b, l.latch).then_some(Place { lp, header: false })
     }
 
-    /// The index in `stack` (of `slot`) for this iteration's record, computed in forward
-    /// block `fb`, reserving the room in the loop's preheader on first use.
+    /// The offset and counter whose sum (modulo 2⁶⁴) is this iteration's record index in
+    /// `stack` (of `slot`), reserving the room in the loop's preheader on first use.
     fn index(
         &self,
         fw: &mut forward::Forward,
@@ -396,52 +390,27 @@ impl<'a> StaticTape<'a> {
         at: Place,
         slot: usize,
         stack: mcir_ir::Value,
-        fb: mcir_ir::Block,
-    ) -> Option<mcir_ir::Value> {
-        use mcir_ir::{CmpOp, IBinOp, Op};
+    ) -> Option<(mcir_ir::Value, mcir_ir::Value)> {
+        use mcir_ir::Op;
         let l = &self.loops[at.lp];
         let (init, bound) = l.range?;
         let fwd = |v: mcir_ir::Value| fw.vmap.get(v.index()).copied().flatten();
         let (finit, fbound, fi) = (fwd(init)?, fwd(bound)?, fwd(l.param)?);
+        if let Some(&o) = bases.offsets.get(&(at.lp, slot)) {
+            return Some((o, fi));
+        }
+        let c = self.counted.get(l.header.index()).copied().flatten()?;
+        let pre = self.edges.get(l.header.index())?.get(c.entry_edge)?.from;
+        let fpre = *fw.block_map.get(pre.index())?;
+        let f = &mut fw.e.func;
         let span = self.primal.span;
         let i64t = Some(mcir_ir::TypeTable::I64);
-        let offset = match bases.offsets.get(&(at.lp, slot)) {
-            Some(&o) => o,
-            None => {
-                let c = self.counted.get(l.header.index()).copied().flatten()?;
-                let pre = self.edges.get(l.header.index())?.get(c.entry_edge)?.from;
-                let fpre = *fw.block_map.get(pre.index())?;
-                let f = &mut fw.e.func;
-                // Room for max(bound - init, 0) iterations, computed once per loop.
-                let runs = match bases.runs.get(&at.lp) {
-                    Some(&r) => r,
-                    None => {
-                        let diff =
-                            f.push_inst(fpre, Op::IBinary(IBinOp::Sub), vec![fbound, finit], i64t, span)?;
-                        let bool_t = Some(mcir_ir::TypeTable::BOOL);
-                        let some =
-                            f.push_inst(fpre, Op::ICmp(CmpOp::Lt), vec![finit, fbound], bool_t, span)?;
-                        let zero = f.push_inst(fpre, Op::IConst(0), vec![], i64t, span)?;
-                        let r = f.push_inst(fpre, Op::Select, vec![some, diff, zero], i64t, span)?;
-                        bases.runs.insert(at.lp, r);
-                        r
-                    }
-                };
-                // The header runs once more than the body.
-                let room = if at.header {
-                    let one = f.push_inst(fpre, Op::IConst(1), vec![], i64t, span)?;
-                    f.push_inst(fpre, Op::IBinary(IBinOp::Add), vec![runs, one], i64t, span)?
-                } else {
-                    runs
-                };
-                let base = f.push_inst(fpre, Op::StackReserve, vec![stack, room], i64t, span)?;
-                // Iteration i stores at base + (i - init) = (base - init) + i.
-                let o = f.push_inst(fpre, Op::IBinary(IBinOp::Sub), vec![base, finit], i64t, span)?;
-                bases.offsets.insert((at.lp, slot), o);
-                o
-            }
-        };
-        fw.e.func.push_inst(fb, Op::IBinary(IBinOp::Add), vec![offset, fi], i64t, span)
+        // Room for max(bound - init, 0) iterations, and the header's one more run; the
+        // offset `base - init` makes iteration i's index `offset + i`.
+        let extra = f.push_inst(fpre, Op::IConst(i64::from(at.header)), vec![], i64t, span)?;
+        let o = f.push_inst(fpre, Op::StackReserve, vec![stack, finit, fbound, extra], i64t, span)?;
+        bases.offsets.insert((at.lp, slot), o);
+        Some((o, fi))
     }
 }
 

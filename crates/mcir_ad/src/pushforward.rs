@@ -784,17 +784,17 @@ impl Builder<'_> {
             Op::StackReserve => {
                 if has_tangent(types, self.primal.value_type(pa[0])) {
                     let cell = self.ds(lane, pa[0])?;
-                    self.e.val(Op::StackReserve, vec![cell, a[1]], TypeTable::I64);
+                    self.e.val(Op::StackReserve, vec![cell, a[1], a[2], a[3]], TypeTable::I64);
                 }
                 None
             }
             Op::StackPut => {
-                let ct = self.primal.value_type(pa[2]);
+                let ct = self.primal.value_type(pa[3]);
                 if has_tangent(types, ct) {
                     let cell = self.ds(lane, pa[0])?;
-                    let tan = self.t(lane, pa[2]);
+                    let tan = self.t(lane, pa[3]);
                     let tv = self.tangent_value(types, ct, &tan);
-                    self.e.eff(Op::StackPut, vec![cell, a[1], tv]);
+                    self.e.eff(Op::StackPut, vec![cell, a[1], a[2], tv]);
                 }
                 None
             }

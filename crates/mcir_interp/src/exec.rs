@@ -612,23 +612,25 @@ impl<'m> Interpreter<'m> {
             },
             Op::StackReserve => match arg(a, 0)? {
                 Val::Stack(s) => {
-                    let n = usize::try_from(i(a, 1)?).unwrap_or(0);
-                    self.charge((n as u64).saturating_mul(8))?;
+                    let (lo, hi, extra) = (i(a, 1)? as i128, i(a, 2)? as i128, i(a, 3)? as i128);
+                    let wanted = (hi - lo).max(0) + extra.max(0);
+                    let bytes = u64::try_from(wanted.saturating_mul(8)).unwrap_or(u64::MAX);
+                    self.charge(bytes)?;
+                    let n = usize::try_from(wanted).map_err(|_| Kind::OutOfMemory { bytes })?;
                     let mut s = s.borrow_mut();
                     let base = s.len();
-                    s.try_reserve(n)
-                        .map_err(|_| Kind::OutOfMemory { bytes: (n as u64).saturating_mul(8) })?;
+                    s.try_reserve(n).map_err(|_| Kind::OutOfMemory { bytes })?;
                     s.resize(base + n, Val::Unit);
-                    Val::I64(base as i64)
+                    Val::I64((base as i64).wrapping_sub(lo as i64))
                 }
                 _ => return Err(internal("stack.reserve of a non-stack")),
             },
             Op::StackPut => match arg(a, 0)? {
                 Val::Stack(s) => {
-                    let k = i(a, 1)?;
+                    let k = i(a, 1)?.wrapping_add(i(a, 2)?);
                     let mut s = s.borrow_mut();
                     let slot = usize::try_from(k).ok().and_then(|k| s.get_mut(k));
-                    *slot.ok_or_else(|| internal("stack.put past the end of a stack"))? = arg(a, 2)?.clone();
+                    *slot.ok_or_else(|| internal("stack.put past the end of a stack"))? = arg(a, 3)?.clone();
                     Val::Unit
                 }
                 _ => return Err(internal("stack.put to a non-stack")),

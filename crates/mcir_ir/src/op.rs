@@ -262,12 +262,14 @@ pub enum Op {
     StackPop,
     /// `stack.peek`: the last value pushed, left on the stack; an empty stack is an error.
     StackPeek,
-    /// `stack.reserve`: `(stack, n)` appends room for `n` values (none if `n < 0`), to be
-    /// filled by `stack.put`, and yields the index of the first. A counted loop's forward
-    /// pass reserves its iterations' records once instead of pushing in each.
+    /// `stack.reserve`: `(stack, lo, hi, extra)` appends room for `max(hi - lo, 0) + extra`
+    /// values, to be filled by `stack.put`, and yields `base - lo`, `base` being the index
+    /// of the first (arithmetic modulo 2⁶⁴, so that no bound overflows). The forward pass
+    /// of a range loop `for i in lo..hi` reserves its iterations' records once instead of
+    /// pushing in each.
     StackReserve,
-    /// `stack.put`: `(stack, index, value)` stores a value in reserved room; an index
-    /// past the stack's end is an error.
+    /// `stack.put`: `(stack, offset, i, value)` stores a value at index `offset + i`
+    /// (modulo 2⁶⁴) in reserved room; an index past the stack's end is an error.
     StackPut,
 
     /// `arena.mark`: a position in the memory of the current call, for `arena.release`.

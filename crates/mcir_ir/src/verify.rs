@@ -575,9 +575,9 @@ impl Verifier<'_> {
                     _ => return Err("takes a stack first".into()),
                 };
                 if matches!(d.op, Op::StackReserve) {
-                    want(&[args[0], i64_], Some(i64_))
+                    want(&[args[0], i64_, i64_, i64_], Some(i64_))
                 } else {
-                    want(&[args[0], i64_, inner], None)
+                    want(&[args[0], i64_, i64_, inner], None)
                 }
             }
             Op::StackPush | Op::StackPop | Op::StackPeek => {

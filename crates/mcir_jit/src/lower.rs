@@ -55,7 +55,7 @@ rtfns! {
     "mc_zeros_like" => mc_zeros_like as extern "C" fn(_, _, _) -> _, [P, P, P] -> Some(P);
     "mc_poll" => mc_poll as extern "C" fn(_, _), [P, P] -> None;
     "mc_arena_release" => mc_arena_release as extern "C" fn(_, _), [P, P] -> None;
-    "mc_stack_reserve" => mc_stack_reserve as extern "C" fn(_, _, _, _) -> _, [P, P, P, P] -> Some(P);
+    "mc_stack_reserve" => mc_stack_reserve as extern "C" fn(_, _, _, _, _, _) -> _, [P, P, P, P, P, P] -> Some(P);
     "mc_same_shape" => mc_same_shape as extern "C" fn(_, _, _, _), [P, P, P, P] -> None;
     "mc_array_like" => mc_array_like as extern "C" fn(_, _, _) -> _, [P, P, P] -> Some(P);
     "mc_sum_f64" => mc_sum_f64 as extern "C" fn(_, _, _) -> _, [P, P, P] -> Some(F);
@@ -1203,45 +1203,56 @@ impl FnLower<'_, '_> {
                 None
             }
             Op::StackReserve => {
-                // Fast path inline: when the room is there, move the length; grow through
-                // the runtime if not (which also refuses a negative count).
+                // Fast path inline: when the room is there, move the length; the runtime
+                // grows the stack otherwise (and reports a count too large for memory).
+                // Counts are unsigned differences: `hi - lo` cannot overflow.
                 let site = fallible_site(self);
-                let st = args[0];
+                let (st, lo, hi, extra) = (args[0], args[1], args[2], args[3]);
+                let some = self.b.ins().icmp(IntCC::SignedGreaterThan, hi, lo);
+                let diff = self.b.ins().isub(hi, lo);
+                let z = self.zero();
+                let runs = self.b.ins().select(some, diff, z);
+                let wanted = self.b.ins().iadd(runs, extra);
                 let len = self.b.ins().load(P, flags(), st, stack::LEN);
                 let cap = self.b.ins().load(P, flags(), st, stack::CAP);
                 let room = self.b.ins().isub(cap, len);
-                let fits = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, args[1], room);
+                let runs_fit = self.b.ins().icmp(IntCC::UnsignedLessThan, runs, room);
+                let all_fit = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, wanted, room);
+                let fits = self.b.ins().band(runs_fit, all_fit);
                 let fast = self.b.create_block();
                 let slow = self.b.create_block();
                 let done = self.b.create_block();
                 let base = self.b.append_block_param(done, P);
                 self.b.ins().brif(fits, fast, &[], slow, &[]);
                 self.b.switch_to_block(fast);
-                let up = self.b.ins().iadd(len, args[1]);
+                let up = self.b.ins().iadd(len, wanted);
                 self.b.ins().store(flags(), up, st, stack::LEN);
                 self.b.ins().jump(done, &[len.into()]);
                 self.b.switch_to_block(slow);
                 self.b.set_cold_block(slow);
                 let s = self.b.ins().iconst(P, site);
-                let r = self.rt_call_checked("mc_stack_reserve", &[self.ctx, s, st, args[1]]).unwrap_or(len);
+                let r = self
+                    .rt_call_checked("mc_stack_reserve", &[self.ctx, s, st, lo, hi, extra])
+                    .unwrap_or(len);
                 self.b.ins().jump(done, &[r.into()]);
                 self.b.switch_to_block(done);
-                Some(base)
+                Some(self.b.ins().isub(base, lo))
             }
             Op::StackPut => {
                 let site = fallible_site(self);
                 let st = args[0];
                 let len = self.b.ins().load(P, flags(), st, stack::LEN);
                 // Reserved room only: an index past the end is an internal error.
-                let past = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, args[1], len);
+                let index = self.b.ins().iadd(args[1], args[2]);
+                let past = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, index, len);
                 let z = self.zero();
                 self.check(past, site, FAIL_STACK_PUT, [z, z, z]);
                 let data = self.b.ins().load(P, flags(), st, stack::DATA);
-                let off = self.b.ins().imul_imm_s(args[1], 8);
+                let off = self.b.ins().ishl_imm_u(index, 3);
                 let addr = self.b.ins().iadd(data, off);
-                let v = match machine_type(arg_ty(2)) {
-                    types::I8 => self.b.ins().uextend(P, args[2]),
-                    _ => args[2],
+                let v = match machine_type(arg_ty(3)) {
+                    types::I8 => self.b.ins().uextend(P, args[3]),
+                    _ => args[3],
                 };
                 self.b.ins().store(flags(), v, addr, 0);
                 None

@@ -690,22 +690,31 @@ pub(crate) extern "C" fn mc_stack_grow(ctx: *mut Ctx, site: i64, s: *mut u8) {
     })
 }
 
-/// Appends room for `n` values (none if `n < 0`) to stack `s`, growing it once, and
+/// Appends room for `max(hi - lo, 0) + extra` values to stack `s`, growing it once, and
 /// returns the index of the first.
-pub(crate) extern "C" fn mc_stack_reserve(ctx: *mut Ctx, site: i64, s: *mut u8, n: i64) -> i64 {
+pub(crate) extern "C" fn mc_stack_reserve(
+    ctx: *mut Ctx,
+    site: i64,
+    s: *mut u8,
+    lo: i64,
+    hi: i64,
+    extra: i64,
+) -> i64 {
     guard(ctx, site, || {
         if s.is_null() {
             return Err(Kind::Internal("a null stack".into()));
         }
-        let n = n.max(0) as usize;
+        let wanted = (hi as i128 - lo as i128).max(0) + (extra as i128).max(0);
+        let bytes = u64::try_from(wanted.saturating_mul(8)).unwrap_or(u64::MAX);
+        let n = usize::try_from(wanted).map_err(|_| Kind::OutOfMemory { bytes })?;
         // SAFETY: `s` is a 24-byte stack header the runtime allocated.
         unsafe {
             let w = s as *mut i64;
             let (data, len, cap) = (*w as *mut u64, *w.add(1) as usize, *w.add(2) as usize);
-            let need = len.checked_add(n).ok_or(Kind::IntegerOverflow)?;
+            let need = len.checked_add(n).ok_or(Kind::OutOfMemory { bytes })?;
             if need > cap {
-                let new_cap = (cap * 2).max(need).max(16);
-                let bytes = (new_cap as u64).checked_mul(8).ok_or(Kind::IntegerOverflow)?;
+                let new_cap = cap.saturating_mul(2).max(need).max(16);
+                let bytes = (new_cap as u64).checked_mul(8).ok_or(Kind::OutOfMemory { bytes })?;
                 let new = alloc(ctx, bytes, false)? as *mut u64;
                 if len > 0 {
                     std::ptr::copy_nonoverlapping(data, new, len);
