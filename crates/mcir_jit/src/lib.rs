@@ -18,6 +18,7 @@ mod lower;
 mod marshal;
 mod pool;
 mod runtime;
+mod unroll;
 
 use cranelift_codegen::ir::{types, AbiParam, Function, InstBuilder, MemFlagsData};
 use cranelift_codegen::settings::{self, Configurable};

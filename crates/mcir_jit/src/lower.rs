@@ -343,8 +343,8 @@ impl FnLower<'_, '_> {
     /// the counter and keeps the context out of its registers. (A failure block of its
     /// own, outside the loop, would also stop Cranelift hoisting invariant code out of
     /// the rest of the loop.)
-    fn poll_every_1024(&mut self, counter: CValue, site: i64) {
-        let low = self.b.ins().band_imm_u(counter, 1023);
+    fn poll_every(&mut self, counter: CValue, site: i64, mask: i64) {
+        let low = self.b.ins().band_imm_u(counter, mask);
         let poll = self.b.create_block();
         let cont = self.b.create_block();
         self.b.ins().brif(low, cont, &[], poll, &[]);
@@ -363,6 +363,95 @@ impl FnLower<'_, '_> {
         self.status_check();
         self.b.ins().jump(cont, &[]);
         self.b.switch_to_block(cont);
+    }
+
+    /// Lowers the instructions of block `b` into the current Cranelift block.
+    fn block_insts(&mut self, b: mcir_ir::Block) -> Result<(), String> {
+        let f = self.f;
+        let data = &f.blocks[b];
+        let sizes =
+            data.insts.iter().filter_map(|&i| fixed_allocation(&f.insts[i].op, f.insts[i].args.len()));
+        let (count, total) = sizes.fold((0, 0), |(c, t), s| (c + 1, t + s));
+        self.block_bytes = if count > 1 { total } else { 0 };
+        self.piece = None;
+        for &inst in &data.insts {
+            let d = &f.insts[inst];
+            if d.result.is_some_and(|r| self.fused.contains_key(&r)) {
+                continue;
+            }
+            if d.args.iter().any(|a| self.fused.contains_key(a)) {
+                self.fused_loop(inst, &data.insts)?;
+            } else {
+                self.inst(inst)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a body block can be lowered more than once: fused maps and `sin`/`cos`
+    /// pairs keep state across the instructions of one block, so such bodies are left
+    /// as they are.
+    fn may_copy(&self, body: mcir_ir::Block) -> bool {
+        self.f.blocks[body].insts.iter().all(|&i| {
+            let d = &self.f.insts[i];
+            !self.sincos_partner.contains_key(&i)
+                && !d.result.is_some_and(|r| self.fused.contains_key(&r))
+                && !d.args.iter().any(|a| self.fused.contains_key(a))
+        })
+    }
+
+    /// In front of loop header `h` (whose block is current, its parameters bound):
+    /// when the next `u.factor` tests of the loop would pass, run that many copies of
+    /// its body and come back; otherwise go on to the header as written, in a block of
+    /// its own (see `crate::unroll`). Leaves that block current.
+    fn unrolled_copies(&mut self, h: mcir_ir::Block, u: crate::unroll::Unroll) -> Result<(), String> {
+        let f = self.f;
+        // The header computes only constants and tests; its bound may be one of them.
+        self.block_insts(h)?;
+        let counter = self.v(u.counter)?;
+        let short = match u.test {
+            crate::unroll::Test::Below { bound } => {
+                // Fewer than `factor` iterations left: `counter >= bound`, or
+                // `bound - counter` (exact as an unsigned number when it is positive)
+                // below the factor.
+                let n = self.v(bound)?;
+                let done = self.b.ins().icmp(IntCC::SignedGreaterThanOrEqual, counter, n);
+                let left = self.b.ins().isub(n, counter);
+                let few = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThan, left, u.factor);
+                self.b.ins().bor(done, few)
+            }
+            crate::unroll::Test::Above { floor } => {
+                self.b.ins().icmp_imm_s(IntCC::SignedLessThanOrEqual, counter, floor + u.factor - 1)
+            }
+        };
+        let copies = self.b.create_block();
+        let rest = self.b.create_block();
+        // The target that leaves the unrolled loop first (see `terminator`).
+        self.b.ins().brif(short, rest, &[], copies, &[]);
+        self.b.switch_to_block(copies);
+        let params = f.blocks[h].params.clone();
+        let bound: Vec<Option<CValue>> = params.iter().map(|p| self.vals[p.index()]).collect();
+        let Terminator::Jump(back) = &f.blocks[u.body].term else {
+            return Err("an unrolled loop's body must jump back to its header".into());
+        };
+        let mut args = Vec::new();
+        for copy in 0..u.factor {
+            if copy > 0 {
+                for (k, p) in params.iter().enumerate() {
+                    self.vals[p.index()] = args.get(k).copied();
+                }
+            }
+            self.block_insts(h)?;
+            self.block_insts(u.body)?;
+            args = back.args.iter().map(|&a| self.v(a)).collect::<Result<_, _>>()?;
+        }
+        let jump_args: Vec<cranelift_codegen::ir::BlockArg> = args.iter().map(|&v| v.into()).collect();
+        self.b.ins().jump(self.blocks[h.index()], &jump_args);
+        for (p, v) in params.iter().zip(bound) {
+            self.vals[p.index()] = v;
+        }
+        self.b.switch_to_block(rest);
+        Ok(())
     }
 
     fn run(&mut self) -> Result<(), String> {
@@ -409,27 +498,19 @@ impl FnLower<'_, '_> {
                 self.interrupt_check(site);
             } else if cfg.latches(b).next().is_some() {
                 let site = self.site(first_span);
-                match unit_step_param(f, b, &cfg) {
-                    Some(p) => self.poll_every_1024(self.v(p)?, site),
-                    None => self.interrupt_check(site),
+                let unroll = crate::unroll::plan(f, b, &cfg).filter(|u| self.may_copy(u.body));
+                match (unit_step_param(f, b, &cfg), unroll) {
+                    (Some(p), Some(u)) => {
+                        // Both loops pass a counter value that is a multiple of 1024
+                        // give or take the factor at least once every 1024 iterations.
+                        self.poll_every(self.v(p)?, site, 1023 & !(u.factor - 1));
+                        self.unrolled_copies(b, u)?;
+                    }
+                    (Some(p), None) => self.poll_every(self.v(p)?, site, 1023),
+                    _ => self.interrupt_check(site),
                 }
             }
-            let sizes =
-                data.insts.iter().filter_map(|&i| fixed_allocation(&f.insts[i].op, f.insts[i].args.len()));
-            let (count, total) = sizes.fold((0, 0), |(c, t), s| (c + 1, t + s));
-            self.block_bytes = if count > 1 { total } else { 0 };
-            self.piece = None;
-            for &inst in &data.insts {
-                let d = &f.insts[inst];
-                if d.result.is_some_and(|r| self.fused.contains_key(&r)) {
-                    continue;
-                }
-                if d.args.iter().any(|a| self.fused.contains_key(a)) {
-                    self.fused_loop(inst, &data.insts)?;
-                } else {
-                    self.inst(inst)?;
-                }
-            }
+            self.block_insts(b)?;
             self.terminator(&data.term)?;
         }
         // Unwinding: return a dummy value; the caller tests the status.
