@@ -102,6 +102,10 @@ impl Program {
                 if let Err(e) = mcir_ir::verify_module(&module) {
                     return Err(fail(format!("internal compiler error: inlining broke the IR: {e}")));
                 }
+                let module = mcir_ir::hoist::fold_and_hoist(&module);
+                if let Err(e) = mcir_ir::verify_module(&module) {
+                    return Err(fail(format!("internal compiler error: hoisting broke the IR: {e}")));
+                }
                 let mut p = Program::from_parts(source, module);
                 p.written = Arc::new(written);
                 p.generic = Arc::new(generic);

@@ -13,7 +13,7 @@ use crate::tangent::{field_leaf_ranges, has_tangent, rdata_leaves, tangent_type,
 use crate::{AdError, RuleIds};
 use mcir_ir::entity::EntityRef;
 use mcir_ir::{
-    Block, BlockCall, CmpOp, FBinOp, FUnOp, Function, Inst, Op, Terminator, Transpose, Type, TypeId,
+    Block, BlockCall, CmpOp, FBinOp, FUnOp, Function, IBinOp, Inst, Op, Terminator, Transpose, Type, TypeId,
     TypeTable, Value,
 };
 use std::collections::HashMap;
@@ -89,6 +89,54 @@ pub(crate) struct Reverse<'a> {
     /// The primal value of each forward value that has one.
     fw_to_primal: HashMap<Value, Value>,
     pub counter_slots: Vec<Option<usize>>,
+    /// Arrays made by elementwise maps whose adjoint is held in values, not in a shadow
+    /// array (see `register_held_arrays`), and those adjoints so far.
+    held: std::collections::HashSet<Value>,
+    held_adj: HashMap<Value, HeldAdjoint>,
+}
+
+/// The adjoint of an array held in values: the same scalar for every element (the
+/// adjoint `sum` sends back), or an array.
+#[derive(Clone, Copy)]
+enum HeldAdjoint {
+    Uniform(Value),
+    Array(Value),
+}
+
+/// The arrays made by elementwise maps whose every use is an elementwise map, a `sum` or
+/// a `dot` later in the same block. Nothing else can see such an array, so its adjoint
+/// is the sum of what those uses send back, and can be kept as a value: no zeroed
+/// shadow, no accumulation through memory, and when `sum` is the only use, no array at
+/// all (`sum(exp(v))` sends back one scalar for every element).
+fn register_held_arrays(primal: &Function) -> std::collections::HashSet<Value> {
+    let is_map = |op: &Op| matches!(op, Op::MapFBinary(_) | Op::MapFUnary(_) | Op::MapFPowI);
+    let mut candidates: HashMap<Value, (Block, usize)> = HashMap::new();
+    for (b, data) in primal.blocks.iter() {
+        for (pos, &i) in data.insts.iter().enumerate() {
+            let d = &primal.insts[i];
+            if let (true, Some(r)) = (is_map(&d.op), d.result) {
+                candidates.insert(r, (b, pos));
+            }
+        }
+    }
+    let mut out: std::collections::HashSet<Value> = candidates.keys().copied().collect();
+    for (b, data) in primal.blocks.iter() {
+        for (pos, &i) in data.insts.iter().enumerate() {
+            let d = &primal.insts[i];
+            let consumes = is_map(&d.op) || matches!(d.op, Op::Sum | Op::Dot);
+            for a in &d.args {
+                if let Some(&(db, dpos)) = candidates.get(a) {
+                    if !consumes || db != b || dpos >= pos {
+                        out.remove(a);
+                    }
+                }
+            }
+        }
+        for a in data.term.uses() {
+            out.remove(&a);
+        }
+    }
+    out
 }
 
 /// How deep a chain of cheap computations is recomputed in a reverse pass.
@@ -232,6 +280,8 @@ impl<'a> Reverse<'a> {
                 .collect(),
             counter_slots: vec![None; counters.len()],
             counters,
+            held: register_held_arrays(primal),
+            held_adj: HashMap::new(),
         }
     }
 
@@ -439,13 +489,26 @@ impl<'a> Reverse<'a> {
     }
 
     /// A sum, difference or product of elements loaded earlier in the block being
-    /// reversed (or of constants) is computed again from reloaded elements instead of
-    /// being taped: `x[i, j] - mu[c, j]` costs two loads and a subtraction, where taping
-    /// it costs a store, a load and the tape's memory traffic.
+    /// reversed (or of constants, loop counters, or such computations themselves) is
+    /// computed again from reloaded elements instead of being taped: `x[i, j] - mu[c, j]`
+    /// costs two loads and a subtraction, and an index `col[j] + r` a load and an
+    /// addition, where taping either costs a store, a load and the tape's memory traffic.
+    /// Integer operations were checked for overflow when the forward pass did them.
     fn recompute_arithmetic(&mut self, primal_v: Value) -> Result<Option<Value>, AdError> {
+        self.recompute_arithmetic_within(primal_v, REMAT_DEPTH)
+    }
+
+    fn recompute_arithmetic_within(&mut self, primal_v: Value, depth: u32) -> Result<Option<Value>, AdError> {
+        if depth == 0 {
+            return Ok(None);
+        }
         let mcir_ir::ValueDef::Inst(inst) = self.primal.values[primal_v].def else { return Ok(None) };
         let d = &self.primal.insts[inst];
-        let Op::FBinary(op @ (FBinOp::Add | FBinOp::Sub | FBinOp::Mul)) = d.op else { return Ok(None) };
+        let (op, ty) = match d.op {
+            Op::FBinary(FBinOp::Add | FBinOp::Sub | FBinOp::Mul) => (d.op.clone(), TypeTable::F64),
+            Op::IBinary(IBinOp::Add | IBinOp::Sub | IBinOp::Mul) => (d.op.clone(), TypeTable::I64),
+            _ => return Ok(None),
+        };
         let args = d.args.clone();
         let Some(pos) = self.primal.blocks[self.cur].insts.iter().position(|&i| i == inst) else {
             return Ok(None);
@@ -459,17 +522,27 @@ impl<'a> Reverse<'a> {
         let mut ops = Vec::with_capacity(2);
         for a in args {
             let v = match self.primal.values[a].def {
-                mcir_ir::ValueDef::Inst(c) if matches!(self.primal.insts[c].op, Op::FConst(_)) => {
-                    self.e.val(self.primal.insts[c].op.clone(), vec![], TypeTable::F64)
+                mcir_ir::ValueDef::Inst(c)
+                    if matches!(self.primal.insts[c].op, Op::FConst(_) | Op::IConst(_)) =>
+                {
+                    let cty = self.primal.value_type(a);
+                    self.e.val(self.primal.insts[c].op.clone(), vec![], cty)
                 }
-                _ => match self.reload(a)? {
-                    Some(v) => v,
-                    None => return Ok(None),
-                },
+                _ => {
+                    if let Some(&v) = self.counter_params.get(&a) {
+                        v
+                    } else if let Some(v) = self.reload(a)? {
+                        v
+                    } else if let Some(v) = self.recompute_arithmetic_within(a, depth - 1)? {
+                        v
+                    } else {
+                        return Ok(None);
+                    }
+                }
             };
             ops.push(v);
         }
-        let v = self.e.val(Op::FBinary(op), ops, TypeTable::F64);
+        let v = self.e.val(op, ops, ty);
         self.e.func.values[v].name = self.fw.e.func.values[self.fw.fwd(primal_v)?].name.clone();
         self.reloaded.insert(primal_v, v);
         Ok(Some(v))
@@ -647,10 +720,60 @@ impl<'a> Reverse<'a> {
                 self.contribute(x, 0, s);
             }
         } else if self.varies(x) {
-            let sx = self.shadow(x)?;
-            self.acc_array(sx, t);
+            self.acc_operand(x, t)?;
         }
         Ok(())
+    }
+
+    /// Adds `t` (an array of `x`'s shape, or a scalar for every element) to the adjoint
+    /// of array `x`.
+    fn acc_operand(&mut self, x: Value, t: Value) -> Result<(), AdError> {
+        if !self.held.contains(&x) {
+            let sx = self.shadow(x)?;
+            self.acc_array(sx, t);
+            return Ok(());
+        }
+        let t = if self.corrupting { self.corrupt(t) } else { t };
+        let scalar = self.e.ty(t) == TypeTable::F64;
+        let new = match self.held_adj.get(&x).copied() {
+            None if scalar => HeldAdjoint::Uniform(t),
+            None => HeldAdjoint::Array(t),
+            Some(HeldAdjoint::Uniform(s)) if scalar => HeldAdjoint::Uniform(self.e.add(s, t)),
+            Some(HeldAdjoint::Uniform(s) | HeldAdjoint::Array(s)) => HeldAdjoint::Array(self.e.add(s, t)),
+        };
+        self.held_adj.insert(x, new);
+        Ok(())
+    }
+
+    /// The adjoint of the array a map `inst` made, as its rule reads it: the shadow, or
+    /// for an array held in values, its adjoint (`None` when nothing was sent back). A
+    /// uniform adjoint is passed on as a scalar when every `f64` operand of the map is an
+    /// array (each operand's share is then elementwise); otherwise it is made an array.
+    fn map_adjoint(&mut self, inst: Inst, r: Value) -> Result<Option<Value>, AdError> {
+        if !self.held.contains(&r) {
+            return Ok(Some(self.shadow(r)?));
+        }
+        match self.held_adj.get(&r).copied() {
+            None => Ok(None),
+            Some(HeldAdjoint::Array(a)) => Ok(Some(a)),
+            Some(HeldAdjoint::Uniform(s)) => {
+                let args = self.primal.insts[inst].args.clone();
+                let scalar_operand = args.iter().any(|&a| self.primal.value_type(a) == TypeTable::F64);
+                let Some(&like) =
+                    args.iter().find(|&&a| self.primal.value_type(a) == self.primal.value_type(r))
+                else {
+                    return Err(self.err(format!("the map making {r} has no array operand")));
+                };
+                if !scalar_operand {
+                    return Ok(Some(s));
+                }
+                let like = self.fwdv(like)?;
+                let ty = self.e.ty(like);
+                let z = self.e.val(Op::ZerosLike, vec![like], ty);
+                self.e.eff(Op::AddInto, vec![z, s]);
+                Ok(Some(z))
+            }
+        }
     }
 
     fn wants(&self, x: Value) -> bool {
@@ -1114,22 +1237,24 @@ impl<'a> Reverse<'a> {
             Op::Sum => {
                 if let Some(g) = g0 {
                     if has_tangent(self.types, primal.value_type(a[0])) {
-                        let s = self.shadow(a[0])?;
-                        self.acc_array(s, g);
+                        self.acc_operand(a[0], g)?;
                     }
                 }
             }
             Op::Dot => {
                 if let Some(g) = g0 {
-                    if self.varies(a[0]) {
-                        let sx = self.shadow(a[0])?;
-                        let fy = self.fwdv(a[1])?;
-                        self.acc_axpy(sx, g, fy);
-                    }
-                    if self.varies(a[1]) {
-                        let sy = self.shadow(a[1])?;
-                        let fx = self.fwdv(a[0])?;
-                        self.acc_axpy(sy, g, fx);
+                    for (x, y) in [(a[0], a[1]), (a[1], a[0])] {
+                        if !self.varies(x) {
+                            continue;
+                        }
+                        let fy = self.fwdv(y)?;
+                        if self.held.contains(&x) {
+                            let t = self.e.mul(g, fy);
+                            self.acc_operand(x, t)?;
+                        } else {
+                            let sx = self.shadow(x)?;
+                            self.acc_axpy(sx, g, fy);
+                        }
                     }
                 }
             }
@@ -1193,23 +1318,24 @@ impl<'a> Reverse<'a> {
             }
             Op::MapFBinary(op) => {
                 let r = self.result(inst)?;
-                let gs = self.shadow(r)?;
-                self.map_binary_rule(*op, a[0], a[1], r, gs)?;
+                if let Some(gs) = self.map_adjoint(inst, r)? {
+                    self.map_binary_rule(*op, a[0], a[1], r, gs)?;
+                }
             }
             Op::MapFUnary(op) => {
                 let r = self.result(inst)?;
-                let gs = self.shadow(r)?;
-                if let Some(t) = self.unary_adjoint(*op, a[0], r, gs)? {
-                    let sa = self.shadow(a[0])?;
-                    self.acc_array(sa, t);
+                if let Some(gs) = self.map_adjoint(inst, r)? {
+                    if let Some(t) = self.unary_adjoint(*op, a[0], r, gs)? {
+                        self.acc_operand(a[0], t)?;
+                    }
                 }
             }
             Op::MapFPowI => {
                 let r = self.result(inst)?;
-                let gs = self.shadow(r)?;
-                let t = self.powi_factor(a[0], a[1], gs)?;
-                let sa = self.shadow(a[0])?;
-                self.acc_array(sa, t);
+                if let Some(gs) = self.map_adjoint(inst, r)? {
+                    let t = self.powi_factor(a[0], a[1], gs)?;
+                    self.acc_operand(a[0], t)?;
+                }
             }
             Op::RefNew => self.fresh_cell_rule(inst, None)?,
             Op::StructNew(s) if self.types.struct_def(*s).mutable => self.fresh_cell_rule(inst, Some(*s))?,

@@ -3,11 +3,14 @@
 //! `fn sigmoid(x: f64) -> f64 { return 1.0 / (1.0 + exp(-x)); }` called in an inner loop
 //! is better as its instructions in the loop.
 //!
-//! A function is inlined when it is one block of at most [`MAX_INSTS`] instructions that
-//! cannot fail at run time (no memory access, integer arithmetic, allocation or call) and
-//! has no hand-written derivative rule. So no runtime error can come from inlined code
-//! (errors keep naming the function they happen in), no call is left that could recurse,
-//! and every rule a program gives is still used.
+//! A function is inlined when it is one block that cannot fail at run time (no memory
+//! access, integer arithmetic, allocation or call) and has no hand-written derivative
+//! rule, of at most [`MAX_INSTS`] instructions, or of at most [`MAX_INSTS_ONE_CALL`] when
+//! the module calls it from one place only (inlining it then adds no code). So no runtime
+//! error can come from inlined code (errors keep naming the function they happen in), no
+//! call is left that could recurse, and every rule a program gives is still used.
+//! Callees are inlined first, in rounds: a step function that calls a small right-hand
+//! side four times becomes one block without calls, and then goes into its loop.
 
 use crate::entity::EntityRef;
 use crate::function::*;
@@ -17,6 +20,13 @@ use std::collections::HashMap;
 
 /// The most instructions a function may have to be inlined.
 pub const MAX_INSTS: usize = 40;
+
+/// The most instructions a function called from one place may have to be inlined there.
+pub const MAX_INSTS_ONE_CALL: usize = 40;
+
+/// How many rounds of inlining run (each can inline functions the previous one made
+/// free of calls).
+const ROUNDS: usize = 4;
 
 /// Whether `op` can never fail at run time and needs no memory of its own.
 fn infallible(types: &TypeTable, op: &Op) -> bool {
@@ -44,13 +54,25 @@ fn infallible(types: &TypeTable, op: &Op) -> bool {
 
 /// The functions of `module` that are inlined where they are called.
 fn inlinable(module: &Module) -> Vec<bool> {
+    let mut call_sites = vec![0usize; module.funcs.len()];
+    for (_, f) in module.funcs.iter() {
+        for (_, d) in f.insts.iter() {
+            if let Op::Call(g) = d.op {
+                if let Some(n) = call_sites.get_mut(g.index()) {
+                    *n += 1;
+                }
+            }
+        }
+    }
     module
         .funcs
         .iter()
         .map(|(id, f)| {
+            let size = f.blocks[f.entry()].insts.len();
+            let limit = if call_sites[id.index()] == 1 { MAX_INSTS_ONE_CALL } else { MAX_INSTS };
             f.blocks.len() == 1
                 && matches!(f.blocks[f.entry()].term, Terminator::Return(_))
-                && f.blocks[f.entry()].insts.len() <= MAX_INSTS
+                && size <= limit
                 && f.blocks[f.entry()].insts.iter().all(|&i| infallible(&module.types, &f.insts[i].op))
                 && !module.rules.iter().any(|r| r.func == id)
         })
@@ -60,19 +82,28 @@ fn inlinable(module: &Module) -> Vec<bool> {
 /// `module` with every call of a small function replaced by the function's instructions.
 /// Function ids do not change (the functions themselves stay).
 pub fn inline_small_functions(module: &Module) -> Module {
-    let can = inlinable(module);
-    if !can.iter().any(|&c| c) {
-        return module.clone();
-    }
     let mut out = module.clone();
-    let ids: Vec<FuncId> = out.funcs.keys().collect();
-    for id in ids {
-        let calls = out.funcs[id].insts.iter().any(|(_, d)| matches!(d.op, Op::Call(g) if can[g.index()]));
-        if !calls {
-            continue;
+    for _ in 0..ROUNDS {
+        let can = inlinable(&out);
+        if !can.iter().any(|&c| c) {
+            break;
         }
-        let f = std::mem::replace(&mut out.funcs[id], Function::new("", &[], None));
-        out.funcs[id] = inline_into(f, module, &can);
+        let callees = out.clone();
+        let mut changed = false;
+        let ids: Vec<FuncId> = out.funcs.keys().collect();
+        for id in ids {
+            let calls =
+                out.funcs[id].insts.iter().any(|(_, d)| matches!(d.op, Op::Call(g) if can[g.index()]));
+            if !calls {
+                continue;
+            }
+            let f = std::mem::replace(&mut out.funcs[id], Function::new("", &[], None));
+            out.funcs[id] = inline_into(f, &callees, &can);
+            changed = true;
+        }
+        if !changed {
+            break;
+        }
     }
     out
 }

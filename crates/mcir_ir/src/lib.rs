@@ -13,6 +13,7 @@ pub mod compact;
 pub mod effects;
 pub mod entity;
 pub mod function;
+pub mod hoist;
 pub mod inline;
 pub mod op;
 pub mod parse;

@@ -1,0 +1,233 @@
+//! Two clean-ups of the primal IR that matter most once small functions are inlined:
+//! a field read from a tuple or immutable struct built in the same function is the
+//! value it was built from (`rhs` returns `(dx, dy)`, its caller reads `.0` and `.1`),
+//! and pure computations whose operands do not change in a loop (`p.alpha`, `h / 6.0`)
+//! run once before the loop instead of on every iteration.
+//!
+//! Both matter more to derivatives than to the primal (Cranelift hoists invariant code
+//! by itself): a value computed in a loop and needed by the reverse pass is taped on
+//! every iteration, one computed before the loop once.
+//!
+//! Only operations that cannot fail and touch no memory move, so no error can come
+//! sooner or from a different place; a loop that runs no iteration computes them for
+//! nothing. A loop gives up its invariants only through a preheader: its header's one
+//! entry from outside the loop is a plain jump, after whose block's instructions they go.
+
+use crate::cfg::ControlFlow;
+use crate::entity::EntityRef;
+use crate::function::*;
+use crate::op::Op;
+use crate::types::TypeTable;
+use std::collections::{HashMap, HashSet};
+
+/// `module` with projections of known aggregates folded and loop invariants hoisted.
+pub fn fold_and_hoist(module: &Module) -> Module {
+    let mut out = module.clone();
+    let ids: Vec<FuncId> = out.funcs.keys().collect();
+    for id in ids {
+        let f = std::mem::replace(&mut out.funcs[id], Function::new("", &[], None));
+        let f = fold_projections(f, &module.types);
+        out.funcs[id] = hoist_invariants(f, &module.types);
+    }
+    out
+}
+
+/// Operations that may run earlier than written: no failure, no memory, no allocation.
+fn movable(types: &TypeTable, op: &Op) -> bool {
+    match op {
+        Op::FBinary(_)
+        | Op::FUnary(_)
+        | Op::FPowI
+        | Op::FCmp(_)
+        | Op::ICmp(_)
+        | Op::BCmp(_)
+        | Op::Not
+        | Op::IToF
+        | Op::Select
+        | Op::TupleGet(_)
+        | Op::ArrayDim(_) => true,
+        Op::StructGet(s, _) => !types.struct_def(*s).mutable,
+        _ => false,
+    }
+}
+
+fn is_constant(f: &Function, v: Value) -> bool {
+    matches!(f.values[v].def, ValueDef::Inst(i) if matches!(f.insts[i].op, Op::FConst(_) | Op::IConst(_) | Op::BConst(_)))
+}
+
+/// `tuple.get k (tuple.new ..)` and `struct.get S.k (struct.new S ..)` of an immutable
+/// struct read the value that went in.
+fn fold_projections(mut f: Function, types: &TypeTable) -> Function {
+    let mut subst: HashMap<Value, Value> = HashMap::new();
+    let blocks: Vec<Block> = f.blocks.keys().collect();
+    for &b in &blocks {
+        for &i in &f.blocks[b].insts {
+            let d = &f.insts[i];
+            let (Some(r), Some(&agg)) = (d.result, d.args.first()) else { continue };
+            let ValueDef::Inst(src) = f.values[agg].def else { continue };
+            let s = &f.insts[src];
+            let item = match (&d.op, &s.op) {
+                (Op::TupleGet(k), Op::TupleNew) => s.args.get(*k as usize),
+                (Op::StructGet(a, k), Op::StructNew(b)) if a == b && !types.struct_def(*a).mutable => {
+                    s.args.get(*k as usize)
+                }
+                _ => None,
+            };
+            if let Some(&v) = item {
+                subst.insert(r, v);
+            }
+        }
+    }
+    if subst.is_empty() {
+        return f;
+    }
+    let resolve = |v: Value| {
+        let mut v = v;
+        while let Some(&n) = subst.get(&v) {
+            v = n;
+        }
+        v
+    };
+    for &b in &blocks {
+        let insts = f.blocks[b].insts.clone();
+        for i in insts {
+            let args: Vec<Value> = f.insts[i].args.iter().map(|&a| resolve(a)).collect();
+            f.insts[i].args = args;
+        }
+        let term = &mut f.blocks[b].term;
+        match term {
+            Terminator::Jump(c) => c.args.iter_mut().for_each(|a| *a = resolve(*a)),
+            Terminator::Branch { cond, then_dest, else_dest } => {
+                *cond = resolve(*cond);
+                then_dest.args.iter_mut().for_each(|a| *a = resolve(*a));
+                else_dest.args.iter_mut().for_each(|a| *a = resolve(*a));
+            }
+            Terminator::Return(v) => {
+                if let Some(v) = v {
+                    *v = resolve(*v);
+                }
+            }
+        }
+        // The folded projections have no readers left.
+        let folded: Vec<Inst> = f.blocks[b].insts.clone();
+        f.blocks[b].insts = folded
+            .into_iter()
+            .filter(|&i| !f.insts[i].result.is_some_and(|r| subst.contains_key(&r)))
+            .collect();
+    }
+    f
+}
+
+/// The blocks of the loop whose header is `h`: those that reach one of its latches
+/// without passing through `h`, and `h`.
+fn loop_blocks(cfg: &ControlFlow, h: Block) -> HashSet<Block> {
+    let mut body: HashSet<Block> = HashSet::from([h]);
+    let mut work: Vec<Block> = cfg.latches(h).collect();
+    while let Some(b) = work.pop() {
+        if body.insert(b) {
+            work.extend(cfg.preds.get(b.index()).into_iter().flatten().copied());
+        }
+    }
+    body
+}
+
+fn hoist_invariants(mut f: Function, types: &TypeTable) -> Function {
+    let cfg = ControlFlow::compute(&f);
+    // Inner loops first, so that what leaves an inner loop can leave its outer one too.
+    let headers: Vec<Block> =
+        cfg.rpo.iter().rev().copied().filter(|&h| cfg.latches(h).next().is_some()).collect();
+    for h in headers {
+        let body = loop_blocks(&cfg, h);
+        let outside: Vec<Block> =
+            cfg.preds.get(h.index()).into_iter().flatten().copied().filter(|p| !body.contains(p)).collect();
+        let [pre] = outside.as_slice() else { continue };
+        let pre = *pre;
+        if !matches!(&f.blocks[pre].term, Terminator::Jump(c) if c.block == h) {
+            continue;
+        }
+        // Values defined in the loop, as the walk finds them; a hoisted value leaves.
+        let mut inside: HashSet<Value> = HashSet::new();
+        for &b in &body {
+            inside.extend(f.blocks[b].params.iter().copied());
+            inside.extend(f.blocks[b].insts.iter().filter_map(|&i| f.insts[i].result));
+        }
+        let order: Vec<Block> = cfg.rpo.iter().copied().filter(|b| body.contains(b)).collect();
+        for b in order {
+            let insts = f.blocks[b].insts.clone();
+            let mut kept = Vec::with_capacity(insts.len());
+            for i in insts {
+                let d = &f.insts[i];
+                let invariant = movable(types, &d.op)
+                    && d.args.iter().any(|&a| !is_constant(&f, a))
+                    && d.args.iter().all(|&a| !inside.contains(&a) || is_constant(&f, a));
+                if !invariant {
+                    kept.push(i);
+                    continue;
+                }
+                // Constants the operation reads from inside the loop are made again
+                // before it.
+                let args = f.insts[i].args.clone();
+                let mut moved = Vec::with_capacity(args.len());
+                for a in args {
+                    if inside.contains(&a) {
+                        let ValueDef::Inst(c) = f.values[a].def else { continue };
+                        let (op, ty, span) = (f.insts[c].op.clone(), f.value_type(a), f.insts[c].span);
+                        let nv = f.push_inst(pre, op, vec![], Some(ty), span);
+                        moved.push(nv.unwrap_or(a));
+                    } else {
+                        moved.push(a);
+                    }
+                }
+                f.insts[i].args = moved;
+                f.blocks[pre].insts.push(i);
+                if let Some(r) = f.insts[i].result {
+                    inside.remove(&r);
+                }
+            }
+            f.blocks[b].insts = kept;
+        }
+    }
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(ir: &str) -> String {
+        let m = crate::parse_module(ir).expect("parses");
+        let out = fold_and_hoist(&m);
+        crate::verify_module(&out).expect("verifies");
+        crate::print::print_module(&out)
+    }
+
+    #[test]
+    fn invariants_leave_the_loop_and_projections_fold() {
+        let text = run("fn @f(%h_0: f64, %n_1: i64) -> f64 {
+bb0:
+    %2: i64 = iconst 0
+    %3: f64 = fconst 0.0
+    jump bb1(%2, %3)
+bb1(%i_4: i64, %s_5: f64):
+    %6: bool = icmp lt %i_4, %n_1
+    br %6, bb2, bb3
+bb2:
+    %7: f64 = fconst 6.0
+    %8: f64 = fdiv %h_0, %7
+    %9: (f64, f64) = tuple.new %8, %s_5
+    %10: f64 = tuple.get 1 %9
+    %11: f64 = fadd %10, %8
+    %12: i64 = iconst 1
+    %13: i64 = iadd %i_4, %12
+    jump bb1(%13, %11)
+bb3:
+    ret %s_5
+}
+");
+        let loop_body = text.split("bb2:").nth(1).expect("bb2");
+        assert!(!loop_body.split("bb3").next().unwrap_or("").contains("fdiv"), "{text}");
+        assert!(text.split("bb1").next().unwrap_or("").contains("fdiv"), "{text}");
+        assert!(!text.contains("tuple.get"), "{text}");
+        assert!(text.contains("fadd %s_"), "{text}");
+    }
+}
