@@ -321,7 +321,10 @@ fn derive_function(
         fw.e.func.set_terminator(fb, mcir_ir::Terminator::Return(Some(t)), primal.blocks[r].term_span);
     }
     let fwd_func = dce::remove_dead_code(&fw.e.func).into_simplified_cfg();
-    let rev_func = dce::remove_dead_code(&rev).into_simplified_cfg();
+    let rev_func = dce::remove_dead_code(&mcir_ir::hoist::hoist_in_derived(
+        dce::remove_dead_code(&rev).into_simplified_cfg(),
+        &module.types,
+    ));
     Ok((fwd_func, rev_func))
 }
 

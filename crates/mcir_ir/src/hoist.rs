@@ -27,7 +27,7 @@ pub fn fold_and_hoist(module: &Module) -> Module {
     for id in ids {
         let f = std::mem::replace(&mut out.funcs[id], Function::new("", &[], None));
         let f = fold_projections(f, &module.types);
-        out.funcs[id] = hoist_invariants(f, &module.types);
+        out.funcs[id] = hoist_invariants(f, &module.types, false);
     }
     out
 }
@@ -131,7 +131,16 @@ fn loop_blocks(cfg: &ControlFlow, h: Block) -> HashSet<Block> {
     body
 }
 
-fn hoist_invariants(mut f: Function, types: &TypeTable) -> Function {
+/// A derived pass with its loop invariants hoisted, among them reads of the top of a
+/// tape stack that the loop neither pushes, pops nor hands on (a value the forward pass
+/// kept once, before the loop, read on every iteration of the loop's reverse). The
+/// stack cannot be empty there: the value's block dominates the loop, so it ran, and
+/// pushed, before the loop did.
+pub fn hoist_in_derived(f: Function, types: &TypeTable) -> Function {
+    hoist_invariants(f, types, true)
+}
+
+fn hoist_invariants(mut f: Function, types: &TypeTable, peeks: bool) -> Function {
     let cfg = ControlFlow::compute(&f);
     // Inner loops first, so that what leaves an inner loop can leave its outer one too.
     let headers: Vec<Block> =
@@ -152,12 +161,25 @@ fn hoist_invariants(mut f: Function, types: &TypeTable) -> Function {
             inside.extend(f.blocks[b].insts.iter().filter_map(|&i| f.insts[i].result));
         }
         let order: Vec<Block> = cfg.rpo.iter().copied().filter(|b| body.contains(b)).collect();
+        // Values the loop uses other than as the stack of a `stack.peek`.
+        let mut used: HashSet<Value> = HashSet::new();
+        if peeks {
+            for &b in &order {
+                for &i in &f.blocks[b].insts {
+                    if f.insts[i].op != Op::StackPeek {
+                        used.extend(f.insts[i].args.iter().copied());
+                    }
+                }
+                used.extend(f.blocks[b].term.uses());
+            }
+        }
         for b in order {
             let insts = f.blocks[b].insts.clone();
             let mut kept = Vec::with_capacity(insts.len());
             for i in insts {
                 let d = &f.insts[i];
-                let invariant = movable(types, &d.op)
+                let peek_of_untouched = peeks && d.op == Op::StackPeek && !used.contains(&d.args[0]);
+                let invariant = (movable(types, &d.op) || peek_of_untouched)
                     && d.args.iter().any(|&a| !is_constant(&f, a))
                     && d.args.iter().all(|&a| !inside.contains(&a) || is_constant(&f, a));
                 if !invariant {
