@@ -30,6 +30,48 @@ pub(crate) struct Forward {
     pub counter_marks: Vec<(Block, usize, Value)>,
     /// Primal return blocks, in block order.
     pub returns: Vec<Block>,
+    /// Arrays the function makes and then only writes (see `write_only_arrays`): their
+    /// overwrites keep nothing.
+    pub write_only: std::collections::HashSet<Value>,
+}
+
+/// The arrays a function allocates (`fill`, `zeros`, `zeros_like`, literals) whose every
+/// use in it is a write of an element, its extent, or returning it. Nothing in the
+/// function reads such an array's elements, and nothing before the allocation could,
+/// so no reverse pass reloads a value an overwrite destroyed: the reverse of a write
+/// need not restore the old element, and the forward pass need not keep it. (Its
+/// caller reads the array after the call, and so reverses those reads before this
+/// reverse pass runs.)
+pub(crate) fn write_only_arrays(primal: &Function) -> std::collections::HashSet<Value> {
+    let mut out: std::collections::HashSet<Value> = std::collections::HashSet::new();
+    for (_, data) in primal.blocks.iter() {
+        for &i in &data.insts {
+            let d = &primal.insts[i];
+            if let (Op::ArrayFill | Op::ZerosLike | Op::ArrayLit(_), Some(r)) = (&d.op, d.result) {
+                out.insert(r);
+            }
+        }
+    }
+    for (_, data) in primal.blocks.iter() {
+        for &i in &data.insts {
+            let d = &primal.insts[i];
+            for (k, a) in d.args.iter().enumerate() {
+                let written = matches!(d.op, Op::Store | Op::TrustedStore) && k == 0;
+                if !written && !matches!(d.op, Op::ArrayDim(_)) {
+                    out.remove(a);
+                }
+            }
+        }
+        match &data.term {
+            Terminator::Return(_) => {}
+            t => {
+                for a in t.uses() {
+                    out.remove(&a);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Names a shadow after its primal value: `dx` for `x`.
@@ -128,6 +170,7 @@ pub(crate) fn build_forward(
         edge_marks: Vec::new(),
         counter_marks: Vec::new(),
         returns: Vec::new(),
+        write_only: write_only_arrays(primal),
     };
     let types = &mut module.types;
     // Blocks and their parameters.
@@ -313,7 +356,7 @@ fn forward_inst(
     let mut saved = Vec::new();
     // Save what an overwrite destroys, before it happens.
     match &d.op {
-        Op::Store | Op::TrustedStore => {
+        Op::Store | Op::TrustedStore if !fw.write_only.contains(&d.args[0]) => {
             let arr_ty = fw.e.ty(args[0]);
             let elem = types.as_array(arr_ty).map(|(e, _)| TypeTable::scalar(e)).unwrap_or(TypeTable::F64);
             let load = if d.op == Op::TrustedStore { Op::TrustedLoad } else { Op::Load };
