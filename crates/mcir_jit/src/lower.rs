@@ -435,15 +435,34 @@ impl FnLower<'_, '_> {
             return Err("an unrolled loop's body must jump back to its header".into());
         };
         let mut args = Vec::new();
-        for copy in 0..u.factor {
-            if copy > 0 {
-                for (k, p) in params.iter().enumerate() {
-                    self.vals[p.index()] = args.get(k).copied();
+        let pairs = crate::unroll::pairs(f, h, &u, &self.proofs, &self.l.module.types);
+        if let Some(pairs) = pairs {
+            let up = matches!(u.test, crate::unroll::Test::Below { .. });
+            let counter_at = params.iter().position(|&p| p == u.counter).ok_or("no counter")?;
+            for pair in 0..u.factor / 2 {
+                if pair > 0 {
+                    for (k, p) in params.iter().enumerate() {
+                        self.vals[p.index()] = args.get(k).copied();
+                    }
                 }
+                self.block_insts(h)?;
+                self.paired_body(u.body, pairs.index, up)?;
+                let c = self.v(u.counter)?;
+                let next = self.b.ins().iadd_imm_s(c, if up { 2 } else { -2 });
+                args = params.iter().map(|&p| self.v(p)).collect::<Result<_, _>>()?;
+                args[counter_at] = next;
             }
-            self.block_insts(h)?;
-            self.block_insts(u.body)?;
-            args = back.args.iter().map(|&a| self.v(a)).collect::<Result<_, _>>()?;
+        } else {
+            for copy in 0..u.factor {
+                if copy > 0 {
+                    for (k, p) in params.iter().enumerate() {
+                        self.vals[p.index()] = args.get(k).copied();
+                    }
+                }
+                self.block_insts(h)?;
+                self.block_insts(u.body)?;
+                args = back.args.iter().map(|&a| self.v(a)).collect::<Result<_, _>>()?;
+            }
         }
         let jump_args: Vec<cranelift_codegen::ir::BlockArg> = args.iter().map(|&v| v.into()).collect();
         self.b.ins().jump(self.blocks[h.index()], &jump_args);
@@ -451,6 +470,87 @@ impl FnLower<'_, '_> {
             self.vals[p.index()] = v;
         }
         self.b.switch_to_block(rest);
+        Ok(())
+    }
+
+    /// Two iterations of a body that `crate::unroll::pairs` accepted, in the lanes of
+    /// 128-bit vectors: the first iteration's counter is bound; the second's index is
+    /// one above (`up`) or below the first's, so the pair's elements start at the lower
+    /// of the two.
+    fn paired_body(&mut self, body: mcir_ir::Block, index: Value, up: bool) -> Result<(), String> {
+        let f = self.f;
+        let mut lanes: HashMap<Value, CValue> = HashMap::new();
+        let mut low: Option<CValue> = None;
+        for &inst in &f.blocks[body].insts {
+            let d = &f.insts[inst];
+            let vector =
+                |me: &mut Self, lanes: &HashMap<Value, CValue>, v: Value| -> Result<CValue, String> {
+                    match lanes.get(&v) {
+                        Some(&x) => Ok(x),
+                        None => {
+                            let x = me.v(v)?;
+                            Ok(me.b.ins().splat(types::F64X2, x))
+                        }
+                    }
+                };
+            match &d.op {
+                Op::IConst(_) | Op::FConst(_) | Op::IBinary(_) => self.inst(inst)?,
+                Op::Load | Op::TrustedLoad | Op::Store | Op::TrustedStore => {
+                    let is_load = matches!(d.op, Op::Load | Op::TrustedLoad);
+                    let n_idx = if is_load { d.args.len() - 1 } else { d.args.len() - 2 };
+                    let start = match low {
+                        Some(x) => x,
+                        None => {
+                            let j = self.v(index)?;
+                            let x = if up { j } else { self.b.ins().iadd_imm_s(j, -1) };
+                            low = Some(x);
+                            x
+                        }
+                    };
+                    let mut idx: Vec<CValue> =
+                        d.args[1..n_idx].iter().map(|&a| self.v(a)).collect::<Result<_, _>>()?;
+                    idx.push(start);
+                    let arr = self.v(d.args[0])?;
+                    let addr = self.element_addr(arr, &idx, 8, None, &vec![true; n_idx]);
+                    if is_load {
+                        let x = self.b.ins().load(types::F64X2, flags(), addr, 0);
+                        if let Some(r) = d.result {
+                            lanes.insert(r, x);
+                        }
+                    } else {
+                        let x = vector(self, &lanes, d.args[d.args.len() - 1])?;
+                        self.b.ins().store(flags(), x, addr, 0);
+                    }
+                }
+                Op::FBinary(op) => {
+                    let a = vector(self, &lanes, d.args[0])?;
+                    let b = vector(self, &lanes, d.args[1])?;
+                    let x = match op {
+                        FBinOp::Add => self.b.ins().fadd(a, b),
+                        FBinOp::Sub => self.b.ins().fsub(a, b),
+                        FBinOp::Mul => self.b.ins().fmul(a, b),
+                        FBinOp::Div => self.b.ins().fdiv(a, b),
+                        _ => return Err(format!("{op:?} has no paired form")),
+                    };
+                    if let Some(r) = d.result {
+                        lanes.insert(r, x);
+                    }
+                }
+                Op::FUnary(op) => {
+                    let a = vector(self, &lanes, d.args[0])?;
+                    let x = match op {
+                        FUnOp::Neg => self.b.ins().fneg(a),
+                        FUnOp::Abs => self.b.ins().fabs(a),
+                        FUnOp::Sqrt => self.b.ins().sqrt(a),
+                        _ => return Err(format!("{op:?} has no paired form")),
+                    };
+                    if let Some(r) = d.result {
+                        lanes.insert(r, x);
+                    }
+                }
+                op => return Err(format!("{op:?} cannot run in pairs")),
+            }
+        }
         Ok(())
     }
 

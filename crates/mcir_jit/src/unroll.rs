@@ -12,7 +12,7 @@
 
 use mcir_ir::cfg::ControlFlow;
 use mcir_ir::entity::EntityRef;
-use mcir_ir::{Block, CmpOp, Function, Op, Terminator, Value};
+use mcir_ir::{Block, CmpOp, FBinOp, FUnOp, Function, Op, Terminator, Value};
 
 /// How a loop's header decides to run its body once more.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -131,6 +131,110 @@ pub(crate) fn plan(f: &Function, h: Block, cfg: &ControlFlow) -> Option<Unroll> 
     Some(Unroll { body, counter, test, factor })
 }
 
+/// How the copies of an unrolled body can run two at a time in 128-bit registers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Pairs {
+    /// The index every load and store of the body uses as its last index: the counter
+    /// itself or the counter plus or minus a constant.
+    pub index: Value,
+}
+
+/// Whether the copies of `u`'s body can run in pairs, each `f64` value of a pair of
+/// iterations in the two lanes of one vector: the body carries nothing from one
+/// iteration to the next but its counter (every other header parameter goes round
+/// unchanged); its only memory accesses are loads and stores of `f64` elements proven
+/// in bounds, all at one index that moves with the counter in their last dimension (the
+/// others do not change in the loop); and it computes only `+ - * /`, negation,
+/// absolute values and square roots of `f64`s, whose vector forms give each lane
+/// exactly the scalar result. Two iterations then touch two different elements of every
+/// array, so doing both at once reads and writes what doing them in turn would (arrays
+/// may be the same array; they never overlap otherwise).
+pub(crate) fn pairs(
+    f: &Function,
+    h: Block,
+    u: &Unroll,
+    proofs: &mcir_ir::bounds::Proofs,
+    types: &mcir_ir::TypeTable,
+) -> Option<Pairs> {
+    if u.factor % 2 != 0 {
+        return None;
+    }
+    let Terminator::Jump(back) = &f.blocks[u.body].term else { return None };
+    let params = &f.blocks[h].params;
+    for (k, &p) in params.iter().enumerate() {
+        if p != u.counter && back.args.get(k) != Some(&p) {
+            return None;
+        }
+    }
+    let in_loop = |v: Value| match f.values[v].def {
+        mcir_ir::ValueDef::Param(b, _) => b == h || b == u.body,
+        mcir_ir::ValueDef::Inst(i) => f.blocks[h].insts.contains(&i) || f.blocks[u.body].insts.contains(&i),
+    };
+    let invariant = |v: Value| !in_loop(v) || (params.contains(&v) && v != u.counter);
+    let is_f64_array =
+        |v: Value| types.as_array(f.value_type(v)).is_some_and(|(e, _)| e == mcir_ir::Scalar::F64);
+    // The header's test is read by its branch only.
+    let Terminator::Branch { cond, .. } = &f.blocks[h].term else { return None };
+    let mut index: Option<Value> = None;
+    let mut counter_offsets: Vec<Value> = vec![u.counter];
+    let mut memory = false;
+    for &i in &f.blocks[u.body].insts {
+        let d = &f.insts[i];
+        if d.args.contains(cond) {
+            return None;
+        }
+        match &d.op {
+            Op::IConst(_) | Op::FConst(_) => {}
+            Op::IBinary(mcir_ir::IBinOp::Add | mcir_ir::IBinOp::Sub) => {
+                let from_counter = d.args.first() == Some(&u.counter)
+                    && d.args.get(1).is_some_and(|&c| {
+                        matches!(f.values[c].def, mcir_ir::ValueDef::Inst(ci) if matches!(f.insts[ci].op, Op::IConst(_)))
+                    });
+                if !from_counter || !proofs.no_overflow.contains(&i) {
+                    return None;
+                }
+                counter_offsets.extend(d.result);
+            }
+            Op::Load | Op::TrustedLoad | Op::Store | Op::TrustedStore => {
+                let is_load = matches!(d.op, Op::Load | Op::TrustedLoad);
+                let n_idx = if is_load { d.args.len() - 1 } else { d.args.len() - 2 };
+                if n_idx == 0 || !is_f64_array(d.args[0]) || !invariant(d.args[0]) {
+                    return None;
+                }
+                let proven = matches!(d.op, Op::TrustedLoad | Op::TrustedStore)
+                    || proofs.in_bounds.get(&i).is_some_and(|p| p.len() == n_idx && p.iter().all(|&b| b));
+                if !proven {
+                    return None;
+                }
+                let idx = &d.args[1..1 + n_idx];
+                let last = idx[n_idx - 1];
+                if !idx[..n_idx - 1].iter().all(|&v| invariant(v)) || !counter_offsets.contains(&last) {
+                    return None;
+                }
+                if index.is_some_and(|j| j != last) {
+                    return None;
+                }
+                index = Some(last);
+                memory = true;
+            }
+            Op::FBinary(FBinOp::Add | FBinOp::Sub | FBinOp::Mul | FBinOp::Div)
+            | Op::FUnary(FUnOp::Neg | FUnOp::Abs | FUnOp::Sqrt) => {}
+            _ => return None,
+        }
+    }
+    // Integer values other than the index and the step are not allowed in f64 code.
+    for &i in &f.blocks[u.body].insts {
+        let d = &f.insts[i];
+        if matches!(d.op, Op::FBinary(_) | Op::FUnary(_))
+            && d.args.iter().any(|&a| f.value_type(a) != mcir_ir::TypeTable::F64)
+        {
+            return None;
+        }
+    }
+    let index = index.filter(|_| memory)?;
+    Some(Pairs { index })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -191,6 +295,64 @@ bb3:
         )
         .expect("unrolled");
         assert_eq!(p.test, Test::Above { floor: 0 });
+    }
+
+    fn pairs_of(text: &str) -> Option<Pairs> {
+        let m = mcir_ir::parse_module(text).expect("parses");
+        let f = m.funcs.values().next().expect("a function");
+        let cfg = ControlFlow::compute(f);
+        let proofs = f.proofs();
+        cfg.rpo.iter().find_map(|&b| plan(f, b, &cfg).and_then(|u| pairs(f, b, &u, &proofs, &m.types)))
+    }
+
+    #[test]
+    fn elementwise_bodies_run_in_pairs_carried_values_do_not() {
+        // dx[i - 1] += g, counting down, as a reverse pass writes it.
+        assert!(pairs_of(
+            "fn @f(%dx_0: f64[], %g_1: f64) {
+bb0:
+    %2: i64 = array.dim 0 %dx_0
+    jump bb1(%g_1, %2)
+bb1(%g_3: f64, %i_4: i64):
+    %5: i64 = iconst 0
+    %6: bool = icmp le %i_4, %5
+    br %6, bb3, bb2
+bb2:
+    %7: i64 = iconst 1
+    %8: i64 = isub %i_4, %7
+    %9: f64 = load.trusted %dx_0[%8]
+    %10: f64 = fadd %9, %g_3
+    store.trusted %dx_0[%8], %10
+    jump bb1(%g_3, %8)
+bb3:
+    ret
+}"
+        )
+        .is_some());
+        // y[i] = y[i - 1] + 1: two indices, so one iteration reads what the other writes.
+        assert!(pairs_of(
+            "fn @f(%y_0: f64[]) {
+bb0:
+    %1: i64 = array.dim 0 %y_0
+    %2: i64 = iconst 1
+    jump bb1(%2)
+bb1(%i_3: i64):
+    %4: bool = icmp lt %i_3, %1
+    br %4, bb2, bb3
+bb2:
+    %5: i64 = iconst 1
+    %6: i64 = isub %i_3, %5
+    %7: f64 = load %y_0[%6]
+    %8: f64 = fconst 1.0
+    %9: f64 = fadd %7, %8
+    store %y_0[%i_3], %9
+    %10: i64 = iadd %i_3, %5
+    jump bb1(%10)
+bb3:
+    ret
+}"
+        )
+        .is_none());
     }
 
     #[test]
