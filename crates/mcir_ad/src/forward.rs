@@ -436,6 +436,15 @@ fn forward_inst(
             saved.push(fw.e.name(factor, Some(partner.name().to_string())));
             res
         }
+        // The same for the elementwise forms: native code computes both maps in one
+        // loop of `sincos` calls when one of them is fused into its consumer.
+        Op::MapFUnary(u @ (FUnOp::Sin | FUnOp::Cos)) => {
+            let partner = if *u == FUnOp::Sin { FUnOp::Cos } else { FUnOp::Sin };
+            let res = fw.e.func.push_inst(fw.e.block, d.op.clone(), args.clone(), result_ty, d.span);
+            let factor = fw.e.un(partner, args[0]);
+            saved.push(fw.e.name(factor, Some(partner.name().to_string())));
+            res
+        }
         op => fw.e.func.push_inst(fw.e.block, op.clone(), args.clone(), result_ty, d.span),
     };
     if let (Some(r), Some(nr)) = (d.result, result) {

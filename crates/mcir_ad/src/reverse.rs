@@ -1327,7 +1327,16 @@ impl<'a> Reverse<'a> {
             Op::MapFUnary(op) => {
                 let r = self.result(inst)?;
                 if let Some(gs) = self.map_adjoint(inst, r)? {
-                    if let Some(t) = self.unary_adjoint(*op, a[0], r, gs)? {
+                    let t = match op {
+                        // The forward pass computed the factor beside the map.
+                        FUnOp::Sin | FUnOp::Cos if !self.corrupting => {
+                            let factor = self.saved(inst, 0)?;
+                            let t = self.e.mul(gs, factor);
+                            Some(if *op == FUnOp::Cos { self.e.neg(t) } else { t })
+                        }
+                        _ => self.unary_adjoint(*op, a[0], r, gs)?,
+                    };
+                    if let Some(t) = t {
                         self.acc_operand(a[0], t)?;
                     }
                 }

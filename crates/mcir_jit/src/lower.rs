@@ -152,6 +152,66 @@ struct FnLower<'a, 'b> {
     sincos_partner: HashMap<mcir_ir::Inst, Value>,
     /// The stack slot `sincos` writes its cosine to.
     sincos_slot: Option<cranelift_codegen::ir::StackSlot>,
+    /// `map.sin x` fused into a loop, by instruction, and the `map.cos x` of the same
+    /// block that loop computes too (or the other way round): see `map_sincos_pairs`.
+    map_partner: HashMap<mcir_ir::Inst, mcir_ir::Inst>,
+    /// The partners of `map_partner`, which are not lowered where they stand.
+    map_partner_of: HashMap<mcir_ir::Inst, mcir_ir::Inst>,
+    /// The byte offset of the element the fused loop being built is at.
+    elem_offset: Option<CValue>,
+}
+
+/// The `sin` and `cos` maps of one array in one block where one of them is fused into
+/// a later consumer's loop and the other stands alone, unused before that consumer:
+/// the consumer's loop computes both with one `sincos` call per element (the forward
+/// pass of `sum(sin(x))` keeps `cos(x)` for the reverse pass).
+fn map_sincos_pairs(
+    f: &Function,
+    fused: &HashMap<Value, mcir_ir::Inst>,
+) -> HashMap<mcir_ir::Inst, mcir_ir::Inst> {
+    let mut out = HashMap::new();
+    for (_, data) in f.blocks.iter() {
+        let pos = |i: mcir_ir::Inst| data.insts.iter().position(|&x| x == i);
+        // The instruction that consumes a fused map's chain: follow the single use.
+        let root_of = |mut i: mcir_ir::Inst| -> Option<mcir_ir::Inst> {
+            for _ in 0..data.insts.len() {
+                let r = f.insts[i].result?;
+                let user = *data.insts.iter().find(|&&u| f.insts[u].args.contains(&r))?;
+                if !f.insts[user].result.is_some_and(|ur| fused.contains_key(&ur)) {
+                    return Some(user);
+                }
+                i = user;
+            }
+            None
+        };
+        for &m in &data.insts {
+            let dm = &f.insts[m];
+            let (Op::MapFUnary(op @ (FUnOp::Sin | FUnOp::Cos)), Some(mr)) = (&dm.op, dm.result) else {
+                continue;
+            };
+            if !fused.contains_key(&mr) || fused.contains_key(&dm.args[0]) {
+                continue;
+            }
+            let want = if *op == FUnOp::Sin { FUnOp::Cos } else { FUnOp::Sin };
+            let Some(root) = root_of(m) else { continue };
+            let Some(root_pos) = pos(root) else { continue };
+            let partner = data.insts.iter().copied().find(|&p| {
+                let dp = &f.insts[p];
+                dp.op == Op::MapFUnary(want)
+                    && dp.args[0] == dm.args[0]
+                    && dp.result.is_some_and(|pr| !fused.contains_key(&pr))
+                    && !out.values().any(|&q| q == p)
+            });
+            let Some(p) = partner else { continue };
+            let Some(pr) = f.insts[p].result else { continue };
+            // Nothing reads the partner before the consumer's loop makes it.
+            let early_use = data.insts[..=root_pos].iter().any(|&u| f.insts[u].args.contains(&pr));
+            if !early_use {
+                out.insert(m, p);
+            }
+        }
+    }
+    out
 }
 
 /// The pairs `sin x`, `cos x` of one operand in one block (see `FnLower::sincos_partner`).
@@ -227,6 +287,10 @@ enum Elem {
     /// A scalar operand, the same for every element.
     Scalar(CValue),
     Unary(FUnOp, Box<Elem>),
+    /// `sin` (or `cos`) of an element whose partner map, `cos` (or `sin`) of the same
+    /// array, is computed in the same loop by one `sincos` call and stored at the
+    /// element's place in the partner's array (whose data this is).
+    SinCos(FUnOp, Box<Elem>, CValue),
     Binary(FBinOp, Box<Elem>, Box<Elem>),
     PowI(Box<Elem>, CValue),
 }
@@ -264,7 +328,12 @@ impl<'a> Lowering<'a> {
             piece: None,
             sincos_partner: sincos_pairs(f),
             sincos_slot: None,
+            map_partner: HashMap::new(),
+            map_partner_of: HashMap::new(),
+            elem_offset: None,
         };
+        fl.map_partner = map_sincos_pairs(f, &fl.fused);
+        fl.map_partner_of = fl.map_partner.iter().map(|(&m, &p)| (p, m)).collect();
         fl.run()?;
         fl.b.finalize(target);
         Ok(())
@@ -376,7 +445,9 @@ impl FnLower<'_, '_> {
         self.piece = None;
         for &inst in &data.insts {
             let d = &f.insts[inst];
-            if d.result.is_some_and(|r| self.fused.contains_key(&r)) {
+            if d.result.is_some_and(|r| self.fused.contains_key(&r))
+                || self.map_partner_of.contains_key(&inst)
+            {
                 continue;
             }
             if d.args.iter().any(|a| self.fused.contains_key(a)) {
@@ -803,6 +874,20 @@ impl FnLower<'_, '_> {
     ) -> Result<Elem, String> {
         let d = &self.f.insts[inst];
         Ok(match &d.op {
+            Op::MapFUnary(op) if self.map_partner.contains_key(&inst) => {
+                // Make the partner's array now, before the loop, from the same array.
+                let p = self.map_partner[&inst];
+                let x = self.fused_elem(d.args[0], arrays, checked)?;
+                let source = self.v(d.args[0])?;
+                let site = self.site(self.f.insts[p].span);
+                let s = self.b.ins().iconst(P, site);
+                let out = self.rt_call_checked("mc_array_like", &[self.ctx, s, source]).ok_or("no array")?;
+                if let Some(pr) = self.f.insts[p].result {
+                    self.vals[pr.index()] = Some(out);
+                }
+                let data = self.b.ins().load(P, header_flags(), out, array::DATA);
+                Elem::SinCos(*op, Box::new(x), data)
+            }
             Op::MapFUnary(op) => Elem::Unary(*op, Box::new(self.fused_elem(d.args[0], arrays, checked)?)),
             Op::MapFPowI => {
                 Elem::PowI(Box::new(self.fused_elem(d.args[0], arrays, checked)?), self.v(d.args[1])?)
@@ -828,6 +913,15 @@ impl FnLower<'_, '_> {
             Elem::Unary(op, x) => {
                 let x = self.elem_value(x, loaded);
                 self.unary(*op, x)
+            }
+            Elem::SinCos(op, x, partner) => {
+                let x = self.elem_value(x, loaded);
+                let (sin, cos) = self.sincos(x);
+                let (mine, theirs) = if *op == FUnOp::Sin { (sin, cos) } else { (cos, sin) };
+                let off = self.elem_offset.unwrap_or(x);
+                let addr = self.b.ins().iadd(*partner, off);
+                self.b.ins().store(flags(), theirs, addr, 0);
+                mine
             }
             Elem::Binary(op, a, b) => {
                 let (a, b) = (self.elem_value(a, loaded), self.elem_value(b, loaded));
@@ -900,6 +994,7 @@ impl FnLower<'_, '_> {
         self.b.ins().brif(done, exit, &[acc.into()], body, &[]);
         self.b.switch_to_block(body);
         let off = self.b.ins().ishl_imm_u(k, 3);
+        self.elem_offset = Some(off);
         let loaded: Vec<CValue> = data
             .iter()
             .map(|&p| {
