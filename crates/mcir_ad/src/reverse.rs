@@ -376,7 +376,7 @@ impl<'a> Reverse<'a> {
     }
 
     /// A cheap computation — integer arithmetic, comparisons, conversions, an array's
-    /// extent — whose operands the reverse block has at hand (constants, values the tape
+    /// extent, a field of an immutable struct — whose operands the reverse block has at hand (constants, values the tape
     /// holds once, loop counters, values already read in this block, or such
     /// computations themselves) is done again instead of being taped: index arithmetic
     /// such as `j * d + i` costs less to recompute than to push and pop.
@@ -395,6 +395,7 @@ impl<'a> Reverse<'a> {
             | Op::Not
             | Op::IToF
             | Op::ArrayDim(_) => true,
+            Op::StructGet(s, _) => !self.types.struct_def(s).mutable,
             Op::Select => ty == TypeTable::I64 || ty == TypeTable::BOOL,
             _ => false,
         };
