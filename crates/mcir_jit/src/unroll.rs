@@ -37,8 +37,8 @@ pub(crate) struct Unroll {
 }
 
 /// Instructions (other than constants) of a body run four at a time, and twice.
-const FOUR_UP_TO: usize = 16;
-const TWO_UP_TO: usize = 48;
+const FOUR_UP_TO: usize = 8;
+const TWO_UP_TO: usize = 24;
 
 /// The unrolling of the loop whose header is `h`, if it is one this module handles: the
 /// header computes nothing but constants and its test, the body is one block entered
