@@ -9,6 +9,9 @@
 //! runs as written, one iteration, and comes back. The copies are the same
 //! instructions with the same checks in the same order as the iterations they stand
 //! for, so the facts that made an index or a step safe (`bounds`) hold in every copy.
+//! When the body is elementwise work on one index (`pairs`), the copies run two at a
+//! time in 128-bit vectors. Each copy is compiled code, so only small bodies are
+//! copied: four times up to 8 instructions, twice up to 24.
 
 use mcir_ir::cfg::ControlFlow;
 use mcir_ir::entity::EntityRef;
@@ -36,7 +39,8 @@ pub(crate) struct Unroll {
     pub factor: i64,
 }
 
-/// Instructions (other than constants) of a body run four at a time, and twice.
+/// The most instructions (other than constants) of a body run four at a time, and
+/// twice.
 const FOUR_UP_TO: usize = 8;
 const TWO_UP_TO: usize = 24;
 
