@@ -15,6 +15,7 @@ pub mod entity;
 pub mod function;
 pub mod hoist;
 pub mod inline;
+pub mod math;
 pub mod op;
 pub mod parse;
 pub mod print;

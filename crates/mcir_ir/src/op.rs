@@ -416,7 +416,7 @@ impl FUnOp {
             FUnOp::Sinh => x.sinh(),
             FUnOp::Cosh => x.cosh(),
             FUnOp::Tanh => x.tanh(),
-            FUnOp::Exp => x.exp(),
+            FUnOp::Exp => crate::math::exp(x),
             FUnOp::Log => x.ln(),
             FUnOp::Log1p => x.ln_1p(),
             FUnOp::Expm1 => x.exp_m1(),

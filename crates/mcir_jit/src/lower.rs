@@ -1065,6 +1065,79 @@ impl FnLower<'_, '_> {
         (sin, cos)
     }
 
+    /// `e^x` as `mcir_ir::math::exp` defines it, the same operations in the same
+    /// order: inline for `|x| < 704`, through the runtime (which calls the C library)
+    /// for larger magnitudes and NaN, on a cold path.
+    fn exp_inline(&mut self, x: CValue) -> CValue {
+        use mcir_ir::math::*;
+        let ax = self.b.ins().fabs(x);
+        let limit = self.b.ins().f64const(EXP_FAST_LIMIT);
+        let in_range = self.b.ins().fcmp(FloatCC::LessThan, ax, limit);
+        let fast = self.b.create_block();
+        let slow = self.b.create_block();
+        let join = self.b.create_block();
+        let out = self.b.append_block_param(join, types::F64);
+        self.b.ins().brif(in_range, fast, &[], slow, &[]);
+
+        self.b.switch_to_block(slow);
+        self.b.set_cold_block(slow);
+        let slow_result = match self.l.runtime.get("mc_exp").copied() {
+            Some(id) => {
+                let r = self.func_ref(id);
+                let call = self.b.ins().call(r, &[x]);
+                self.b.inst_results(call)[0]
+            }
+            None => x,
+        };
+        self.b.ins().jump(join, &[slow_result.into()]);
+
+        self.b.switch_to_block(fast);
+        let inv_ln2_n = self.b.ins().f64const(EXP_INV_LN2_N);
+        let shift = self.b.ins().f64const(EXP_SHIFT);
+        let t = self.b.ins().fmul(x, inv_ln2_n);
+        let z = self.b.ins().fadd(t, shift);
+        let kd = self.b.ins().fsub(z, shift);
+        let z_bits = self.b.ins().bitcast(types::I64, MemFlagsData::new(), z);
+        let k = self.b.ins().iadd_imm_s(z_bits, (EXP_SHIFT.to_bits() as i64).wrapping_neg());
+        let hi = self.b.ins().f64const(EXP_LN2_HI_N);
+        let lo = self.b.ins().f64const(EXP_LN2_LO_N);
+        let khi = self.b.ins().fmul(kd, hi);
+        let r0 = self.b.ins().fsub(x, khi);
+        let klo = self.b.ins().fmul(kd, lo);
+        let r = self.b.ins().fsub(r0, klo);
+        let j = self.b.ins().band_imm_u(k, 127);
+        let e = self.b.ins().sshr_imm_u(k, 7);
+        let offset = self.b.ins().ishl_imm_u(j, 4);
+        let table = self.b.ins().iconst(P, EXP_TABLE.as_ptr() as i64);
+        let entry = self.b.ins().iadd(table, offset);
+        let table_flags = MemFlagsData::trusted().with_readonly().with_can_move();
+        let scale_bits = self.b.ins().load(types::I64, table_flags, entry, 0);
+        let tail = self.b.ins().load(types::F64, table_flags, entry, 8);
+        let e_bits = self.b.ins().ishl_imm_u(e, 52);
+        let scaled = self.b.ins().iadd(scale_bits, e_bits);
+        let scale = self.b.ins().bitcast(types::F64, MemFlagsData::new(), scaled);
+        let c2 = self.b.ins().f64const(EXP_C2);
+        let c3 = self.b.ins().f64const(EXP_C3);
+        let c4 = self.b.ins().f64const(EXP_C4);
+        let c5 = self.b.ins().f64const(EXP_C5);
+        let r2 = self.b.ins().fmul(r, r);
+        let rc3 = self.b.ins().fmul(r, c3);
+        let q23 = self.b.ins().fadd(c2, rc3);
+        let rc5 = self.b.ins().fmul(r, c5);
+        let q45 = self.b.ins().fadd(c4, rc5);
+        let r2q45 = self.b.ins().fmul(r2, q45);
+        let q = self.b.ins().fadd(q23, r2q45);
+        let tr = self.b.ins().fadd(tail, r);
+        let r2q = self.b.ins().fmul(r2, q);
+        let p = self.b.ins().fadd(tr, r2q);
+        let sp = self.b.ins().fmul(scale, p);
+        let fast_result = self.b.ins().fadd(scale, sp);
+        self.b.ins().jump(join, &[fast_result.into()]);
+
+        self.b.switch_to_block(join);
+        out
+    }
+
     fn unary(&mut self, op: FUnOp, x: CValue) -> CValue {
         match op {
             FUnOp::Neg => self.b.ins().fneg(x),
@@ -1072,6 +1145,7 @@ impl FnLower<'_, '_> {
             FUnOp::Abs => self.b.ins().fabs(x),
             FUnOp::Floor => self.b.ins().floor(x),
             FUnOp::Ceil => self.b.ins().ceil(x),
+            FUnOp::Exp => self.exp_inline(x),
             FUnOp::Sign => {
                 let zero = self.b.ins().f64const(0.0);
                 let one = self.b.ins().f64const(1.0);
