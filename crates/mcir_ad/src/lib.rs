@@ -24,6 +24,7 @@ mod dce;
 mod driver;
 mod emit;
 mod forward;
+mod inert;
 pub mod pushforward;
 mod reverse;
 mod rules;
@@ -320,11 +321,19 @@ fn derive_function(
         let t = fw.e.val(mcir_ir::Op::TupleNew, items, rule.fwd_ret);
         fw.e.func.set_terminator(fb, mcir_ir::Terminator::Return(Some(t)), primal.blocks[r].term_span);
     }
-    let fwd_func = dce::remove_dead_code(&fw.e.func).into_simplified_cfg();
     let rev_func = dce::remove_dead_code(&mcir_ir::hoist::hoist_in_derived(
-        dce::remove_dead_code(&rev).into_simplified_cfg(),
+        dce::remove_dead_code(&inert::bypass_inert_loops(dce::remove_dead_code(&rev).into_simplified_cfg())),
         &module.types,
     ));
+    // Records on stacks the reverse pass no longer reads are not made.
+    let read = inert::tape_fields_read(&rev_func, rule.tape_sid);
+    let unread: std::collections::HashSet<mcir_ir::Value> = slots
+        .iter()
+        .enumerate()
+        .filter(|(k, s)| !s.3 && !read.contains(&(*k as u32)))
+        .map(|(k, _)| stacks[k])
+        .collect();
+    let fwd_func = dce::remove_dead_code(&inert::drop_records(fw.e.func, &unread)).into_simplified_cfg();
     Ok((fwd_func, rev_func))
 }
 

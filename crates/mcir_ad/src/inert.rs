@@ -1,0 +1,222 @@
+//! Reverse loops that do nothing, and the tape they would have read.
+//!
+//! A primal loop that carries no derivative (a search for the index of the largest
+//! element, say) still gets a reverse loop: it replays the loop's path backwards, popping
+//! the branch taken in each iteration, and computes nothing with it. Such a loop is
+//! bypassed, and the forward pass then stops recording what only it read.
+
+use mcir_ir::cfg::ControlFlow;
+use mcir_ir::entity::EntityRef;
+use mcir_ir::{Block, BlockCall, Function, IBinOp, Op, StructId, Terminator, Value, ValueDef};
+use std::collections::HashSet;
+
+/// `rev` with every loop bypassed whose only work is reading: arithmetic, comparisons,
+/// loads, and pops and peeks of stacks that only such loops read, defining nothing used
+/// after it. Derived reverse loops always terminate (each replays iterations the forward
+/// pass ran), so skipping one loses nothing but time.
+pub(crate) fn bypass_inert_loops(mut rev: Function) -> Function {
+    let cfg = ControlFlow::compute(&rev);
+    let headers: Vec<Block> = cfg.rpo.iter().copied().filter(|&h| cfg.latches(h).next().is_some()).collect();
+    let mut inert: Vec<InertLoop> = headers.into_iter().filter_map(|h| inert_loop(&rev, &cfg, h)).collect();
+    // A stack popped by an inert loop and read anywhere else (the path stack is shared by
+    // every branch of the function) keeps the loops that pop it: drop them until none is.
+    loop {
+        let inside: HashSet<Block> = inert.iter().flat_map(|l| l.body.iter().copied()).collect();
+        let mut read_elsewhere: HashSet<Value> = HashSet::new();
+        for (b, data) in rev.blocks.iter() {
+            if inside.contains(&b) || !cfg.is_reachable(b) {
+                continue;
+            }
+            for &i in &data.insts {
+                read_elsewhere.extend(rev.insts[i].args.iter().copied());
+            }
+            read_elsewhere.extend(data.term.uses());
+        }
+        let before = inert.len();
+        inert.retain(|l| l.stacks.iter().all(|s| !read_elsewhere.contains(s)));
+        if inert.len() == before {
+            break;
+        }
+    }
+    if inert.is_empty() {
+        return rev;
+    }
+    for l in inert {
+        rev.blocks[l.pre].term = Terminator::Jump(l.exit);
+    }
+    rev.into_simplified_cfg()
+}
+
+/// A loop of the reverse pass that only reads.
+struct InertLoop {
+    pre: Block,
+    exit: BlockCall,
+    body: HashSet<Block>,
+    /// The stacks it pops or peeks.
+    stacks: HashSet<Value>,
+}
+
+/// The loop headed by `h`, if it only reads and defines nothing used after it (whether
+/// its stacks are read elsewhere is left to the caller).
+fn inert_loop(f: &Function, cfg: &ControlFlow, h: Block) -> Option<InertLoop> {
+    let body = loop_blocks(cfg, h);
+    let outside: Vec<Block> = cfg
+        .preds
+        .get(h.index())?
+        .iter()
+        .copied()
+        .filter(|p| !body.contains(p) && cfg.is_reachable(*p))
+        .collect();
+    let [pre] = outside.as_slice() else { return None };
+    if !matches!(&f.blocks[*pre].term, Terminator::Jump(c) if c.block == h) {
+        return None;
+    }
+    let mut defined: HashSet<Value> = HashSet::new();
+    let mut stacks: HashSet<Value> = HashSet::new();
+    for &b in &body {
+        defined.extend(f.blocks[b].params.iter().copied());
+        for &i in &f.blocks[b].insts {
+            let d = &f.insts[i];
+            let reads_only = match &d.op {
+                Op::FConst(_)
+                | Op::IConst(_)
+                | Op::BConst(_)
+                | Op::FBinary(_)
+                | Op::FUnary(_)
+                | Op::FPowI
+                | Op::FCmp(_)
+                | Op::ICmp(_)
+                | Op::BCmp(_)
+                | Op::Not
+                | Op::IToF
+                | Op::Select
+                | Op::ArrayDim(_)
+                | Op::TupleGet(_)
+                | Op::StructGet(..)
+                | Op::Load
+                | Op::TrustedLoad => true,
+                // The counters of a reverse loop step between bounds the forward pass
+                // reached; their arithmetic cannot overflow.
+                Op::IBinary(IBinOp::Add | IBinOp::Sub | IBinOp::Mul) => true,
+                Op::StackPop | Op::StackPeek => {
+                    stacks.insert(d.args[0]);
+                    true
+                }
+                _ => false,
+            };
+            if !reads_only {
+                return None;
+            }
+            defined.extend(d.result);
+        }
+    }
+    // Nothing the loop defines is used after it, and it leaves by one jump.
+    let mut exit: Option<BlockCall> = None;
+    for (b, data) in f.blocks.iter() {
+        let inside = body.contains(&b);
+        if !inside {
+            if !cfg.is_reachable(b) {
+                continue;
+            }
+            for &i in &data.insts {
+                if f.insts[i].args.iter().any(|a| defined.contains(a)) {
+                    return None;
+                }
+            }
+            if data.term.uses().iter().any(|a| defined.contains(a)) {
+                return None;
+            }
+            continue;
+        }
+        for call in successors(&data.term) {
+            if body.contains(&call.block) {
+                continue;
+            }
+            if call.args.iter().any(|a| defined.contains(a)) {
+                return None;
+            }
+            match &exit {
+                None => exit = Some(call.clone()),
+                Some(e) if e.block == call.block && e.args == call.args => {}
+                Some(_) => return None,
+            }
+        }
+    }
+    let exit = exit?;
+    // The exit's arguments must be available at the preheader: defined outside the loop
+    // by blocks dominating it (or constants and parameters of the function).
+    for &a in &exit.args {
+        let ok = match f.values[a].def {
+            ValueDef::Param(b, _) => cfg.dominates(b, *pre) && !body.contains(&b),
+            ValueDef::Inst(_) => {
+                let b = f.blocks.iter().find(|(_, d)| d.insts.iter().any(|&i| f.insts[i].result == Some(a)));
+                b.is_some_and(|(b, _)| cfg.dominates(b, *pre))
+            }
+        };
+        if !ok {
+            return None;
+        }
+    }
+    Some(InertLoop { pre: *pre, exit, body, stacks })
+}
+
+fn successors(term: &Terminator) -> Vec<&BlockCall> {
+    match term {
+        Terminator::Jump(c) => vec![c],
+        Terminator::Branch { then_dest, else_dest, .. } => vec![then_dest, else_dest],
+        Terminator::Return(_) => vec![],
+    }
+}
+
+/// The blocks of the loop whose header is `h`: those that reach one of its latches
+/// without passing through `h`, and `h`.
+fn loop_blocks(cfg: &ControlFlow, h: Block) -> HashSet<Block> {
+    let mut body: HashSet<Block> = HashSet::from([h]);
+    let mut work: Vec<Block> = cfg.latches(h).collect();
+    while let Some(b) = work.pop() {
+        if body.insert(b) {
+            work.extend(cfg.preds.get(b.index()).into_iter().flatten().copied());
+        }
+    }
+    body
+}
+
+/// The fields of tape struct `tape` that `rev` reads.
+pub(crate) fn tape_fields_read(rev: &Function, tape: StructId) -> HashSet<u32> {
+    let mut read = HashSet::new();
+    for (_, data) in rev.blocks.iter() {
+        for &i in &data.insts {
+            if let Op::StructGet(s, k) = f_op(rev, i) {
+                if *s == tape {
+                    read.insert(*k);
+                }
+            }
+        }
+    }
+    read
+}
+
+fn f_op(f: &Function, i: mcir_ir::Inst) -> &Op {
+    &f.insts[i].op
+}
+
+/// `fwd` without the records it would push onto `stacks`, which nothing reads.
+pub(crate) fn drop_records(mut fwd: Function, stacks: &HashSet<Value>) -> Function {
+    if stacks.is_empty() {
+        return fwd;
+    }
+    let blocks: Vec<Block> = fwd.blocks.keys().collect();
+    for b in blocks {
+        let insts = fwd.blocks[b].insts.clone();
+        let kept: Vec<_> = insts
+            .into_iter()
+            .filter(|&i| {
+                let d = &fwd.insts[i];
+                !(matches!(d.op, Op::StackPush | Op::StackPut | Op::StackReserve)
+                    && stacks.contains(&d.args[0]))
+            })
+            .collect();
+        fwd.blocks[b].insts = kept;
+    }
+    fwd
+}
