@@ -229,6 +229,22 @@ fn below_extent(f: &Function, valid: &[&Fact], idx: Value, a: Value, dim: usize,
     })
 }
 
+/// Whether `idx` is `extent - 1 - j` for the extent of dimension `dim` of `a` and a
+/// counter `j` below that extent (`x[len(x) - 1 - j]` walking an array backwards):
+/// `0 <= j < extent` puts it in `0..extent` too.
+fn reversed_below_extent(f: &Function, valid: &[&Fact], idx: Value, a: Value, dim: usize) -> bool {
+    let Some(d) = defining(f, idx) else { return false };
+    if d.op != Op::IBinary(IBinOp::Sub) {
+        return false;
+    }
+    let (last, j) = (d.args[0], d.args[1]);
+    let Some(l) = defining(f, last) else { return false };
+    l.op == Op::IBinary(IBinOp::Sub)
+        && const_of(f, l.args[1]) == Some(1)
+        && is_extent(f, l.args[0], a, dim)
+        && below_extent(f, valid, j, a, dim, 3)
+}
+
 /// What the counted loops of a function prove about its instructions.
 #[derive(Clone, Debug, Default)]
 pub struct Proofs {
@@ -292,8 +308,12 @@ impl Function {
                     _ => continue,
                 };
                 let a = d.args[0];
-                let dims: Vec<bool> =
-                    (0..n_idx).map(|dim| below_extent(self, &valid, d.args[1 + dim], a, dim, 3)).collect();
+                let dims: Vec<bool> = (0..n_idx)
+                    .map(|dim| {
+                        below_extent(self, &valid, d.args[1 + dim], a, dim, 3)
+                            || reversed_below_extent(self, &valid, d.args[1 + dim], a, dim)
+                    })
+                    .collect();
                 if dims.iter().any(|&x| x) {
                     out.in_bounds.insert(inst, dims);
                 }
@@ -326,6 +346,7 @@ impl Function {
 #[cfg(test)]
 mod tests {
     use crate::entity::EntityRef;
+    use crate::op::Op;
 
     /// The result values of the instructions proven not to overflow, by number.
     fn no_overflow(ir: &str) -> Vec<usize> {
@@ -451,6 +472,49 @@ bb6:
         let (_, f) = m.funcs.iter().next().expect("a function");
         let mut f = f.clone();
         assert_eq!(f.trust_proven_indices(), 1);
+    }
+
+    #[test]
+    fn an_index_counting_down_from_the_last_element_is_in_bounds() {
+        // for j in 0..len(a) { a[len(a) - 1 - j] + a[len(a) - j] + b[len(a) - 1 - j] }:
+        // only the first is proven; the second can reach len(a), the third is another array.
+        let ir = "fn @f(%a_0: f64[], %b_1: f64[]) -> f64 {
+bb0:
+    %2: i64 = iconst 0
+    %3: i64 = array.dim 0 %a_0
+    %4: f64 = fconst 0.0
+    jump bb1(%2, %4)
+bb1(%j_5: i64, %s_6: f64):
+    %7: bool = icmp lt %j_5, %3
+    br %7, bb3, bb2
+bb2:
+    ret %s_6
+bb3:
+    %8: i64 = iconst 1
+    %9: i64 = isub %3, %8
+    %10: i64 = isub %9, %j_5
+    %11: f64 = load %a_0[%10]
+    %12: i64 = isub %3, %j_5
+    %13: f64 = load %a_0[%12]
+    %14: f64 = load %b_1[%10]
+    %15: f64 = fadd %s_6, %11
+    %16: f64 = fadd %15, %13
+    %17: f64 = fadd %16, %14
+    %18: i64 = iadd %j_5, %8
+    jump bb1(%18, %17)
+}
+";
+        let m = crate::parse_module(ir).expect("parses");
+        let (_, f) = m.funcs.iter().next().expect("a function");
+        let mut f = f.clone();
+        assert_eq!(f.trust_proven_indices(), 1);
+        let trusted: Vec<usize> = f
+            .insts
+            .iter()
+            .filter(|(_, d)| d.op == Op::TrustedLoad)
+            .filter_map(|(_, d)| d.result.map(|r| r.index()))
+            .collect();
+        assert_eq!(trusted, vec![11]);
     }
 
     #[test]
