@@ -186,7 +186,7 @@ pub(crate) fn tape_fields_read(rev: &Function, tape: StructId) -> HashSet<u32> {
     let mut read = HashSet::new();
     for (_, data) in rev.blocks.iter() {
         for &i in &data.insts {
-            if let Op::StructGet(s, k) = f_op(rev, i) {
+            if let Op::StructGet(s, k) = &rev.insts[i].op {
                 if *s == tape {
                     read.insert(*k);
                 }
@@ -194,10 +194,6 @@ pub(crate) fn tape_fields_read(rev: &Function, tape: StructId) -> HashSet<u32> {
         }
     }
     read
-}
-
-fn f_op(f: &Function, i: mcir_ir::Inst) -> &Op {
-    &f.insts[i].op
 }
 
 /// `fwd` without the records it would push onto `stacks`, which nothing reads.
