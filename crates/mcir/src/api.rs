@@ -275,6 +275,7 @@ impl<'p> Function<'p> {
             grad_workspace: mcir_jit::Workspace::new(),
             tangent_workspace: mcir_jit::Workspace::new(),
             scratch: Vec::new(),
+            constant: self.constant(),
         }
     }
 }
@@ -328,6 +329,8 @@ pub struct Prepared<'p> {
     tangent_workspace: mcir_jit::Workspace,
     /// Shadows for array arguments whose gradient the caller does not want.
     scratch: Vec<Vec<f64>>,
+    /// Which parameters are constant, by position (fixed when the handle is made).
+    constant: Vec<bool>,
 }
 
 impl Prepared<'_> {
@@ -364,7 +367,8 @@ impl Prepared<'_> {
         args: &mut [Arg<'a>],
         tangents: &mut [Arg<'a>],
     ) -> Result<(f64, f64), ApiError> {
-        let module = &self.function.program.module;
+        let program: &Program = self.function.program;
+        let module = &program.module;
         let f = &module.funcs[self.function.id];
         if f.ret != Some(TypeTable::F64) {
             return Err(ApiError::Signature {
@@ -404,11 +408,10 @@ impl Prepared<'_> {
             return Err(ApiError::Derive("no tangent function".into()));
         };
         let mut all: Vec<Arg<'_>> = args.iter_mut().chain(tangents.iter_mut()).map(reborrow).collect();
-        let name = f.name.clone();
         jit.call_raw(&mut self.tangent_workspace, *tf, &mut all, &self.function.limits, |r| {
             (r.field(0).f64(), r.field(1).f64())
         })
-        .map_err(|e| raw_error(&name, e))
+        .map_err(|e| raw_error(&f.name, e))
     }
 
     /// Derives and compiles the gradient now rather than on the first gradient call.
@@ -467,7 +470,9 @@ impl Prepared<'_> {
         args: &mut [Arg<'_>],
         grads: &mut [GradSlot<'_>],
     ) -> Result<f64, ApiError> {
-        let module = &self.function.program.module;
+        // The program outlives the handle: what it holds is borrowed, not copied, per call.
+        let program: &Program = self.function.program;
+        let module = &program.module;
         let f = &module.funcs[self.function.id];
         if f.ret != Some(TypeTable::F64) {
             return Err(ApiError::Signature {
@@ -486,8 +491,8 @@ impl Prepared<'_> {
         self.compile_gradient()?;
         let Some((jit, driver)) = &self.gradient else { return Err(ApiError::Derive("no gradient".into())) };
         let types = &module.types;
-        let params = f.params.clone();
-        let constant = self.function.constant();
+        let params = &f.params;
+        let constant = &self.constant;
         // Array gradients are written straight into the caller's slots (or scratch memory
         // for those not wanted), zeroed first: the reverse pass adds into them.
         let differentiable_array =
@@ -530,16 +535,10 @@ impl Prepared<'_> {
         if self.scratch.len() < scratch_needed {
             self.scratch.resize_with(scratch_needed, Vec::new);
         }
-        let shapes: Vec<Vec<usize>> = args
-            .iter()
-            .map(|a| match a {
-                Arg::F64Array(_, s) => s.to_vec(),
-                _ => Vec::new(),
-            })
-            .collect();
         let mut scratch = self.scratch.iter_mut();
         let mut all: Vec<Arg<'_>> = Vec::with_capacity(2 * args.len() + 1);
         all.extend(args.iter_mut().map(reborrow));
+        let n_args = all.len();
         all.push(Arg::F64(1.0));
         // The driver returns (value, one f64 per f64 parameter that is not constant).
         let mut rdata: Vec<Option<&mut f64>> = Vec::new();
@@ -554,7 +553,11 @@ impl Prepared<'_> {
             if !differentiable_array(i) {
                 continue;
             }
-            let n: usize = shapes[i].iter().product();
+            let shape: &[usize] = match all.get(i) {
+                Some(Arg::F64Array(_, s)) if i < n_args => s,
+                _ => &[],
+            };
+            let n: usize = shape.iter().product();
             let buf: &mut [f64] = match slot {
                 GradSlot::Array(out) => out,
                 _ => match scratch.next() {
@@ -566,9 +569,8 @@ impl Prepared<'_> {
                 },
             };
             buf.fill(0.0);
-            all.push(Arg::F64Array(buf, &shapes[i]));
+            all.push(Arg::F64Array(buf, shape));
         }
-        let name = f.name.clone();
         let value = jit.call_raw(&mut self.grad_workspace, *driver, &mut all, &self.function.limits, |r| {
             for (k, out) in rdata.iter_mut().enumerate() {
                 if let Some(out) = out {
@@ -577,7 +579,7 @@ impl Prepared<'_> {
             }
             r.field(0).f64()
         });
-        value.map_err(|e| raw_error(&name, e))
+        value.map_err(|e| raw_error(&f.name, e))
     }
 }
 

@@ -596,13 +596,13 @@ impl Compiled {
     /// One call in `workspace`'s arena: `args` turns the arguments into machine words
     /// (it may allocate through the context) and may keep some state for `done`, which
     /// reads the result before the arena is reset.
-    fn with_call<S, T>(
+    fn with_call<W: AsRef<[u64]>, S, T>(
         &self,
         f: &mcir_ir::Function,
         entry: EntryFn,
         workspace: &mut Workspace,
         limits: &Limits,
-        args: impl FnOnce(&mut Ctx) -> Result<(Vec<u64>, S), CallError>,
+        args: impl FnOnce(&mut Ctx) -> Result<(W, S), CallError>,
         done: impl FnOnce(u64, S) -> T,
     ) -> Result<T, CallError> {
         let mut arena = workspace
@@ -634,7 +634,7 @@ impl Compiled {
             };
             let (words, state) = args(&mut ctx)?;
             let mut ret: u64 = 0;
-            invoke(entry, &mut ctx, &words, &mut ret, limits.timeout);
+            invoke(entry, &mut ctx, words.as_ref(), &mut ret, limits.timeout);
             if ctx.status != 0 {
                 // SAFETY: the call is over; the runtime is ours again.
                 let rt = unsafe { &mut *ctx.rt };
@@ -756,7 +756,7 @@ impl Jit {
             workspace,
             limits,
             |ctx| {
-                let mut words = Vec::with_capacity(args.len());
+                let mut words = Words::new();
                 for (k, (a, &t)) in args.iter_mut().zip(&f.params).enumerate() {
                     let w = match (a, types.as_array(t)) {
                         (RawArg::F64(x), None) if t == TypeTable::F64 => x.to_bits(),
@@ -782,6 +782,43 @@ impl Jit {
             },
             |ret, ()| read(&RawResult { word: ret, _workspace: std::marker::PhantomData }),
         )
+    }
+}
+
+/// The machine words of a call's arguments: kept inline for up to 16 arguments, so a
+/// call on slices allocates nothing for them.
+enum Words {
+    Inline([u64; 16], usize),
+    Heap(Vec<u64>),
+}
+
+impl Words {
+    fn new() -> Words {
+        Words::Inline([0; 16], 0)
+    }
+
+    fn push(&mut self, w: u64) {
+        match self {
+            Words::Inline(a, n) if *n < a.len() => {
+                a[*n] = w;
+                *n += 1;
+            }
+            Words::Inline(a, n) => {
+                let mut v = a[..*n].to_vec();
+                v.push(w);
+                *self = Words::Heap(v);
+            }
+            Words::Heap(v) => v.push(w),
+        }
+    }
+}
+
+impl AsRef<[u64]> for Words {
+    fn as_ref(&self) -> &[u64] {
+        match self {
+            Words::Inline(a, n) => &a[..*n],
+            Words::Heap(v) => v,
+        }
     }
 }
 
@@ -917,5 +954,15 @@ bb2:
                 ("recursive", false)
             ]
         );
+    }
+
+    #[test]
+    fn argument_words_stay_in_order_past_the_inline_ones() {
+        let mut w = super::Words::new();
+        for k in 0..40u64 {
+            w.push(k * 3);
+            assert_eq!(w.as_ref(), (0..=k).map(|j| j * 3).collect::<Vec<_>>().as_slice());
+        }
+        assert!(matches!(w, super::Words::Heap(_)));
     }
 }
