@@ -521,8 +521,31 @@ fn write_perf_map(jit: &JITModule, work: &[Job]) {
     }
 }
 
-/// The functions (by index) that run at most once per call from Rust and have no loop,
-/// so that compiling them quickly matters more than optimising them: the roots, and
+/// Whether native code may compute `op` as a loop over an array's elements in the
+/// function itself rather than in a runtime routine.
+fn loops_over_elements(op: &mcir_ir::Op) -> bool {
+    use mcir_ir::Op;
+    matches!(
+        op,
+        Op::Sum
+            | Op::Dot
+            | Op::MapFBinary(_)
+            | Op::MapIBinary(_)
+            | Op::MapFUnary(_)
+            | Op::MapFPowI
+            | Op::CopyInto
+            | Op::AddInto
+            | Op::Axpy
+            | Op::MoveAdd
+            | Op::ArrayCopy
+            | Op::ArrayFill
+            | Op::ZerosLike
+    )
+}
+
+/// The functions (by index) that run at most once per call from Rust and have no loop
+/// (in the IR, or over array elements in native code), so that compiling them quickly
+/// matters more than optimising them: the roots, and
 /// functions outside any call cycle called only from such functions, outside loops.
 fn runs_once(module: &Module, reachable: &[bool], roots: &[FuncId]) -> Vec<bool> {
     let n = module.funcs.len();
@@ -538,6 +561,11 @@ fn runs_once(module: &Module, reachable: &[bool], roots: &[FuncId]) -> Vec<bool>
         has_loop[id.index()] = depths.iter().any(|&d| d > 0);
         for (b, data) in f.blocks.iter() {
             for &i in &data.insts {
+                // Native code runs these as loops over the elements, inline (a chain of
+                // maps fused into its `sum`, say): worth optimising like a loop.
+                if loops_over_elements(&f.insts[i].op) {
+                    has_loop[id.index()] = true;
+                }
                 if let mcir_ir::Op::Call(g) = f.insts[i].op {
                     calls.push((id.index(), g.index(), depths.get(b.index()).is_some_and(|&d| d > 0)));
                 }
@@ -954,6 +982,29 @@ bb2:
                 ("recursive", false)
             ]
         );
+    }
+
+    #[test]
+    fn a_function_whose_array_operations_loop_over_elements_is_optimised() {
+        // `sum(exp(x))` has no loop in the IR, but native code runs one over x.
+        let ir = "fn @main(%x_0: f64[]) -> f64 {
+bb0:
+    %1: f64[] = map.exp %x_0
+    %2: f64 = array.sum %1
+    ret %2
+}
+fn @scalar(%x_0: f64) -> f64 {
+bb0:
+    %1: f64 = exp %x_0
+    ret %1
+}
+";
+        let m = mcir_ir::parse_module(ir).expect("parses");
+        let roots: Vec<FuncId> = m.funcs.iter().map(|(id, _)| id).collect();
+        let once = runs_once(&m, &vec![true; m.funcs.len()], &roots);
+        let named: Vec<(&str, bool)> =
+            m.funcs.iter().map(|(id, f)| (f.name.as_str(), once[id.index()])).collect();
+        assert_eq!(named, [("main", false), ("scalar", true)]);
     }
 
     #[test]
