@@ -495,11 +495,49 @@ impl FnLower<'_, '_> {
                 self.b.ins().icmp_imm_s(IntCC::SignedLessThanOrEqual, counter, floor + u.factor - 1)
             }
         };
+        // Loads and stores at the counter into an array the loop does not make, bounded
+        // by another array's extent (`b[l, j]` for `l < size(a, 1)`): the copies run
+        // only when the counter and the next `factor - 1` values are below that extent,
+        // so their accesses there need no check; otherwise the loop runs as written.
+        let guarded = match u.test {
+            crate::unroll::Test::Below { .. } => self.counter_indexed_accesses(u),
+            crate::unroll::Test::Above { .. } => Vec::new(),
+        };
+        let mut short = short;
+        let mut extents: Vec<(Value, usize, CValue)> = Vec::new();
+        for &(inst, dim) in &guarded {
+            let a = f.insts[inst].args[0];
+            if extents.iter().any(|&(b, d, _)| b == a && d == dim) {
+                continue;
+            }
+            let arr = self.v(a)?;
+            let extent = self.b.ins().load(P, header_flags(), arr, array::DIMS + 8 * dim as i32);
+            // counter..counter + factor within 0..extent, as unsigned comparisons: a
+            // negative counter, or an extent below the factor, fails them.
+            let last_start = self.b.ins().iadd_imm_s(extent, -u.factor);
+            let too_small = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, extent, u.factor);
+            let past = self.b.ins().icmp(IntCC::UnsignedGreaterThan, counter, last_start);
+            let fails = self.b.ins().bor(too_small, past);
+            short = self.b.ins().bor(short, fails);
+            extents.push((a, dim, extent));
+        }
         let copies = self.b.create_block();
         let rest = self.b.create_block();
         // The target that leaves the unrolled loop first (see `terminator`).
         self.b.ins().brif(short, rest, &[], copies, &[]);
         self.b.switch_to_block(copies);
+        let saved_proofs: Vec<(mcir_ir::Inst, Option<Vec<bool>>)> =
+            guarded.iter().map(|&(inst, _)| (inst, self.proofs.in_bounds.get(&inst).cloned())).collect();
+        for &(inst, dim) in &guarded {
+            let n_idx = match f.insts[inst].op {
+                Op::Load => f.insts[inst].args.len() - 1,
+                _ => f.insts[inst].args.len() - 2,
+            };
+            let entry = self.proofs.in_bounds.entry(inst).or_insert_with(|| vec![false; n_idx]);
+            if let Some(x) = entry.get_mut(dim) {
+                *x = true;
+            }
+        }
         let params = f.blocks[h].params.clone();
         let bound: Vec<Option<CValue>> = params.iter().map(|p| self.vals[p.index()]).collect();
         let Terminator::Jump(back) = &f.blocks[u.body].term else {
@@ -540,8 +578,51 @@ impl FnLower<'_, '_> {
         for (p, v) in params.iter().zip(bound) {
             self.vals[p.index()] = v;
         }
+        // The loop as written, for the last iterations, checks them again.
+        for (inst, proven) in saved_proofs {
+            match proven {
+                Some(p) => self.proofs.in_bounds.insert(inst, p),
+                None => self.proofs.in_bounds.remove(&inst),
+            };
+        }
         self.b.switch_to_block(rest);
         Ok(())
+    }
+
+    /// The checked loads and stores of an unrolled body (with their dimension) whose
+    /// index in that dimension is the loop's counter and whose other indices are proven
+    /// in bounds, into an array defined outside the loop.
+    fn counter_indexed_accesses(&self, u: crate::unroll::Unroll) -> Vec<(mcir_ir::Inst, usize)> {
+        let f = self.f;
+        let mut out = Vec::new();
+        for &inst in &f.blocks[u.body].insts {
+            let d = &f.insts[inst];
+            let n_idx = match d.op {
+                Op::Load => d.args.len() - 1,
+                Op::Store => d.args.len() - 2,
+                _ => continue,
+            };
+            let Some(&array) = d.args.first() else { continue };
+            let defined_in_loop = match f.values[array].def {
+                mcir_ir::ValueDef::Param(b, _) => b == u.body || f.blocks[b].params.contains(&u.counter),
+                mcir_ir::ValueDef::Inst(_) => {
+                    f.blocks[u.body].insts.iter().any(|&i| f.insts[i].result == Some(array))
+                }
+            };
+            if defined_in_loop {
+                continue;
+            }
+            let proven = self.proofs.in_bounds.get(&inst);
+            let at_counter: Vec<usize> = (0..n_idx).filter(|&k| d.args[1 + k] == u.counter).collect();
+            let [dim] = at_counter.as_slice() else { continue };
+            let others_proven =
+                (0..n_idx).all(|k| k == *dim || proven.is_some_and(|p| p.get(k).copied().unwrap_or(false)));
+            let already = proven.is_some_and(|p| p.get(*dim).copied().unwrap_or(false));
+            if others_proven && !already {
+                out.push((inst, *dim));
+            }
+        }
+        out
     }
 
     /// Two iterations of a body that `crate::unroll::pairs` accepted, in the lanes of

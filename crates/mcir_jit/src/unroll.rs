@@ -9,6 +9,10 @@
 //! runs as written, one iteration, and comes back. The copies are the same
 //! instructions with the same checks in the same order as the iterations they stand
 //! for, so the facts that made an index or a step safe (`bounds`) hold in every copy.
+//! A load or store whose index is the counter itself, into an array whose extent is
+//! not the loop's bound (`b[l, j]` in `for l in 0..size(a, 1)`), keeps its check in the
+//! loop as written; the copies run only when the counter's next `factor` values are
+//! within that extent too, and skip it (`lower.rs`, `counter_indexed_accesses`).
 //! When the body is elementwise work on one index (`pairs`), the copies run two at a
 //! time in 128-bit vectors. Each copy is compiled code, so only small bodies are
 //! copied: four times up to 8 instructions, twice up to 24.
