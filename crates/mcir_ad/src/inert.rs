@@ -7,7 +7,7 @@
 
 use mcir_ir::cfg::ControlFlow;
 use mcir_ir::entity::EntityRef;
-use mcir_ir::{Block, BlockCall, Function, IBinOp, Op, StructId, Terminator, Value, ValueDef};
+use mcir_ir::{Block, BlockCall, Function, IBinOp, Op, StructId, Terminator, Value};
 use std::collections::HashSet;
 
 /// `rev` with every loop bypassed whose only work is reading: arithmetic, comparisons,
@@ -59,7 +59,7 @@ struct InertLoop {
 /// The loop headed by `h`, if it only reads and defines nothing used after it (whether
 /// its stacks are read elsewhere is left to the caller).
 fn inert_loop(f: &Function, cfg: &ControlFlow, h: Block) -> Option<InertLoop> {
-    let body = loop_blocks(cfg, h);
+    let body = cfg.loop_blocks(h);
     let outside: Vec<Block> = cfg
         .preds
         .get(h.index())?
@@ -74,6 +74,11 @@ fn inert_loop(f: &Function, cfg: &ControlFlow, h: Block) -> Option<InertLoop> {
     let mut defined: HashSet<Value> = HashSet::new();
     let mut stacks: HashSet<Value> = HashSet::new();
     for &b in &body {
+        // Entered only through its header (so what its exit carries from outside
+        // dominates the header, and the preheader).
+        if !cfg.dominates(h, b) {
+            return None;
+        }
         defined.extend(f.blocks[b].params.iter().copied());
         for &i in &f.blocks[b].insts {
             let d = &f.insts[i];
@@ -128,7 +133,7 @@ fn inert_loop(f: &Function, cfg: &ControlFlow, h: Block) -> Option<InertLoop> {
             }
             continue;
         }
-        for call in successors(&data.term) {
+        for call in data.term.successors() {
             if body.contains(&call.block) {
                 continue;
             }
@@ -142,43 +147,10 @@ fn inert_loop(f: &Function, cfg: &ControlFlow, h: Block) -> Option<InertLoop> {
             }
         }
     }
-    let exit = exit?;
-    // The exit's arguments must be available at the preheader: defined outside the loop
-    // by blocks dominating it (or constants and parameters of the function).
-    for &a in &exit.args {
-        let ok = match f.values[a].def {
-            ValueDef::Param(b, _) => cfg.dominates(b, *pre) && !body.contains(&b),
-            ValueDef::Inst(_) => {
-                let b = f.blocks.iter().find(|(_, d)| d.insts.iter().any(|&i| f.insts[i].result == Some(a)));
-                b.is_some_and(|(b, _)| cfg.dominates(b, *pre))
-            }
-        };
-        if !ok {
-            return None;
-        }
-    }
-    Some(InertLoop { pre: *pre, exit, body, stacks })
-}
-
-fn successors(term: &Terminator) -> Vec<&BlockCall> {
-    match term {
-        Terminator::Jump(c) => vec![c],
-        Terminator::Branch { then_dest, else_dest, .. } => vec![then_dest, else_dest],
-        Terminator::Return(_) => vec![],
-    }
-}
-
-/// The blocks of the loop whose header is `h`: those that reach one of its latches
-/// without passing through `h`, and `h`.
-fn loop_blocks(cfg: &ControlFlow, h: Block) -> HashSet<Block> {
-    let mut body: HashSet<Block> = HashSet::from([h]);
-    let mut work: Vec<Block> = cfg.latches(h).collect();
-    while let Some(b) = work.pop() {
-        if body.insert(b) {
-            work.extend(cfg.preds.get(b.index()).into_iter().flatten().copied());
-        }
-    }
-    body
+    // The exit's arguments are defined outside the loop (checked above) and used in a
+    // block of it, which the header dominates, so they dominate the header and hence
+    // its only way in, the preheader: the preheader can jump to the exit with them.
+    Some(InertLoop { pre: *pre, exit: exit?, body, stacks })
 }
 
 /// The fields of tape struct `tape` that `rev` reads.

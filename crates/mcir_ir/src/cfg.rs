@@ -150,6 +150,19 @@ impl ControlFlow {
             .filter(move |&p| at != usize::MAX && self.is_reachable(p) && self.rpo_index[p.index()] >= at)
     }
 
+    /// The blocks of the loop whose header is `h`: those that reach one of its latches
+    /// without passing through `h`, and `h`.
+    pub fn loop_blocks(&self, h: Block) -> std::collections::HashSet<Block> {
+        let mut body = std::collections::HashSet::from([h]);
+        let mut work: Vec<Block> = self.latches(h).collect();
+        while let Some(b) = work.pop() {
+            if body.insert(b) {
+                work.extend(self.preds.get(b.index()).into_iter().flatten().copied());
+            }
+        }
+        body
+    }
+
     /// How many loops contain each block (by block index): a loop is a back edge
     /// `b -> h` (`h` before `b` in reverse post-order) with every block that reaches
     /// `b` without passing through `h`. Unreachable blocks are at depth 0.

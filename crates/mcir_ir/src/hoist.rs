@@ -118,19 +118,6 @@ fn fold_projections(mut f: Function, types: &TypeTable) -> Function {
     f
 }
 
-/// The blocks of the loop whose header is `h`: those that reach one of its latches
-/// without passing through `h`, and `h`.
-fn loop_blocks(cfg: &ControlFlow, h: Block) -> HashSet<Block> {
-    let mut body: HashSet<Block> = HashSet::from([h]);
-    let mut work: Vec<Block> = cfg.latches(h).collect();
-    while let Some(b) = work.pop() {
-        if body.insert(b) {
-            work.extend(cfg.preds.get(b.index()).into_iter().flatten().copied());
-        }
-    }
-    body
-}
-
 /// A derived pass with its loop invariants hoisted, among them reads of the top of a
 /// tape stack that the loop neither pushes, pops nor hands on (a value the forward pass
 /// kept once, before the loop, read on every iteration of the loop's reverse). The
@@ -146,7 +133,7 @@ fn hoist_invariants(mut f: Function, types: &TypeTable, peeks: bool) -> Function
     let headers: Vec<Block> =
         cfg.rpo.iter().rev().copied().filter(|&h| cfg.latches(h).next().is_some()).collect();
     for h in headers {
-        let body = loop_blocks(&cfg, h);
+        let body = cfg.loop_blocks(h);
         let outside: Vec<Block> =
             cfg.preds.get(h.index()).into_iter().flatten().copied().filter(|p| !body.contains(p)).collect();
         let [pre] = outside.as_slice() else { continue };

@@ -504,10 +504,10 @@ impl FnLower<'_, '_> {
             crate::unroll::Test::Above { .. } => Vec::new(),
         };
         let mut short = short;
-        let mut extents: Vec<(Value, usize, CValue)> = Vec::new();
-        for &(inst, dim) in &guarded {
+        let mut tested: Vec<(Value, usize)> = Vec::new();
+        for &(inst, dim, _) in &guarded {
             let a = f.insts[inst].args[0];
-            if extents.iter().any(|&(b, d, _)| b == a && d == dim) {
+            if tested.contains(&(a, dim)) {
                 continue;
             }
             let arr = self.v(a)?;
@@ -519,25 +519,18 @@ impl FnLower<'_, '_> {
             let past = self.b.ins().icmp(IntCC::UnsignedGreaterThan, counter, last_start);
             let fails = self.b.ins().bor(too_small, past);
             short = self.b.ins().bor(short, fails);
-            extents.push((a, dim, extent));
+            tested.push((a, dim));
         }
         let copies = self.b.create_block();
         let rest = self.b.create_block();
         // The target that leaves the unrolled loop first (see `terminator`).
         self.b.ins().brif(short, rest, &[], copies, &[]);
         self.b.switch_to_block(copies);
-        let saved_proofs: Vec<(mcir_ir::Inst, Option<Vec<bool>>)> =
-            guarded.iter().map(|&(inst, _)| (inst, self.proofs.in_bounds.get(&inst).cloned())).collect();
-        for &(inst, dim) in &guarded {
-            let n_idx = match f.insts[inst].op {
-                Op::Load => f.insts[inst].args.len() - 1,
-                _ => f.insts[inst].args.len() - 2,
-            };
-            let entry = self.proofs.in_bounds.entry(inst).or_insert_with(|| vec![false; n_idx]);
-            if let Some(x) = entry.get_mut(dim) {
-                *x = true;
-            }
-        }
+        // In the copies every index of these accesses is in bounds.
+        let saved_proofs: Vec<(mcir_ir::Inst, Option<Vec<bool>>)> = guarded
+            .iter()
+            .map(|&(inst, _, n_idx)| (inst, self.proofs.in_bounds.insert(inst, vec![true; n_idx])))
+            .collect();
         let params = f.blocks[h].params.clone();
         let bound: Vec<Option<CValue>> = params.iter().map(|p| self.vals[p.index()]).collect();
         let Terminator::Jump(back) = &f.blocks[u.body].term else {
@@ -589,10 +582,10 @@ impl FnLower<'_, '_> {
         Ok(())
     }
 
-    /// The checked loads and stores of an unrolled body (with their dimension) whose
-    /// index in that dimension is the loop's counter and whose other indices are proven
-    /// in bounds, into an array defined outside the loop.
-    fn counter_indexed_accesses(&self, u: crate::unroll::Unroll) -> Vec<(mcir_ir::Inst, usize)> {
+    /// The checked loads and stores of an unrolled body (with the dimension indexed by
+    /// the loop's counter, and their number of indices) whose other indices are proven in
+    /// bounds, into an array defined outside the loop.
+    fn counter_indexed_accesses(&self, u: crate::unroll::Unroll) -> Vec<(mcir_ir::Inst, usize, usize)> {
         let f = self.f;
         let mut out = Vec::new();
         for &inst in &f.blocks[u.body].insts {
@@ -619,7 +612,7 @@ impl FnLower<'_, '_> {
                 (0..n_idx).all(|k| k == *dim || proven.is_some_and(|p| p.get(k).copied().unwrap_or(false)));
             let already = proven.is_some_and(|p| p.get(*dim).copied().unwrap_or(false));
             if others_proven && !already {
-                out.push((inst, *dim));
+                out.push((inst, *dim, n_idx));
             }
         }
         out
