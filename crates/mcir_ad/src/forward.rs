@@ -30,24 +30,27 @@ pub(crate) struct Forward {
     pub counter_marks: Vec<(Block, usize, Value)>,
     /// Primal return blocks, in block order.
     pub returns: Vec<Block>,
-    /// Arrays the function makes and then only writes (see `write_only_arrays`): their
-    /// overwrites keep nothing.
-    pub write_only: std::collections::HashSet<Value>,
+    /// Arrays whose overwrites keep nothing (see `unrestored_arrays`).
+    pub unrestored: std::collections::HashSet<Value>,
 }
 
-/// The arrays a function allocates (`fill`, `zeros`, `zeros_like`, literals) whose every
-/// use in it is a write of an element, its extent, or returning it. Nothing in the
-/// function reads such an array's elements, and nothing before the allocation could,
-/// so no reverse pass reloads a value an overwrite destroyed: the reverse of a write
-/// need not restore the old element, and the forward pass need not keep it. (Its
-/// caller reads the array after the call, and so reverses those reads before this
-/// reverse pass runs.)
-pub(crate) fn write_only_arrays(primal: &Function) -> std::collections::HashSet<Value> {
+/// The arrays a function makes (`fill`, `zeros`, `zeros_like`, literals, copies) whose
+/// overwrites need not be undone by its reverse pass. Every use of such an array in the
+/// function is a load or a write of an element, its extent, or returning it, and no
+/// write can follow a load (no store is reachable from a load). The reverse pass reads
+/// the array's elements only where it reloads what a load read; as nothing is written
+/// after any load, the array then holds what every load saw, so the reverse of a write
+/// need not restore the old element and the forward pass need not keep it. Nothing
+/// before the allocation could read the array, and a caller that reads a returned array
+/// reverses those reads before this reverse pass runs.
+pub(crate) fn unrestored_arrays(primal: &Function) -> std::collections::HashSet<Value> {
     let mut out: std::collections::HashSet<Value> = std::collections::HashSet::new();
     for (_, data) in primal.blocks.iter() {
         for &i in &data.insts {
             let d = &primal.insts[i];
-            if let (Op::ArrayFill | Op::ZerosLike | Op::ArrayLit(_), Some(r)) = (&d.op, d.result) {
+            if let (Op::ArrayFill | Op::ZerosLike | Op::ArrayLit(_) | Op::ArrayCopy, Some(r)) =
+                (&d.op, d.result)
+            {
                 out.insert(r);
             }
         }
@@ -56,8 +59,9 @@ pub(crate) fn write_only_arrays(primal: &Function) -> std::collections::HashSet<
         for &i in &data.insts {
             let d = &primal.insts[i];
             for (k, a) in d.args.iter().enumerate() {
-                let written = matches!(d.op, Op::Store | Op::TrustedStore) && k == 0;
-                if !written && !matches!(d.op, Op::ArrayDim(_)) {
+                let element_access =
+                    k == 0 && matches!(d.op, Op::Store | Op::TrustedStore | Op::Load | Op::TrustedLoad);
+                if !element_access && !matches!(d.op, Op::ArrayDim(_)) {
                     out.remove(a);
                 }
             }
@@ -71,7 +75,45 @@ pub(crate) fn write_only_arrays(primal: &Function) -> std::collections::HashSet<
             }
         }
     }
+    out.retain(|&array| !store_follows_load(primal, array));
     out
+}
+
+/// Whether a store into `array` can run after a load from it: later in the block of a
+/// load, or in a block reachable from that block (itself included, around a loop).
+fn store_follows_load(primal: &Function, array: Value) -> bool {
+    let accesses = |b: Block| {
+        primal.blocks[b].insts.iter().filter_map(move |&i| {
+            let d = &primal.insts[i];
+            let store = matches!(d.op, Op::Store | Op::TrustedStore);
+            let load = matches!(d.op, Op::Load | Op::TrustedLoad);
+            ((store || load) && d.args.first() == Some(&array)).then_some(store)
+        })
+    };
+    let mut seen = vec![false; primal.blocks.len()];
+    let mut work: Vec<Block> = Vec::new();
+    for (b, data) in primal.blocks.iter() {
+        let mut loaded = false;
+        for store in accesses(b) {
+            if store && loaded {
+                return true;
+            }
+            loaded |= !store;
+        }
+        if loaded {
+            work.extend(data.term.successors().map(|c| c.block));
+        }
+    }
+    while let Some(b) = work.pop() {
+        if std::mem::replace(&mut seen[b.index()], true) {
+            continue;
+        }
+        if accesses(b).any(|store| store) {
+            return true;
+        }
+        work.extend(primal.blocks[b].term.successors().map(|c| c.block));
+    }
+    false
 }
 
 /// Names a shadow after its primal value: `dx` for `x`.
@@ -170,7 +212,7 @@ pub(crate) fn build_forward(
         edge_marks: Vec::new(),
         counter_marks: Vec::new(),
         returns: Vec::new(),
-        write_only: write_only_arrays(primal),
+        unrestored: unrestored_arrays(primal),
     };
     let types = &mut module.types;
     // Blocks and their parameters.
@@ -356,7 +398,7 @@ fn forward_inst(
     let mut saved = Vec::new();
     // Save what an overwrite destroys, before it happens.
     match &d.op {
-        Op::Store | Op::TrustedStore if !fw.write_only.contains(&d.args[0]) => {
+        Op::Store | Op::TrustedStore if !fw.unrestored.contains(&d.args[0]) => {
             let arr_ty = fw.e.ty(args[0]);
             let elem = types.as_array(arr_ty).map(|(e, _)| TypeTable::scalar(e)).unwrap_or(TypeTable::F64);
             let load = if d.op == Op::TrustedStore { Op::TrustedLoad } else { Op::Load };

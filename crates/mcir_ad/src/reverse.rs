@@ -1211,7 +1211,7 @@ impl<'a> Reverse<'a> {
                     let z = self.zero();
                     self.e.eff(Op::TrustedStore, [vec![s], idx.clone(), vec![z]].concat());
                 }
-                if !self.fw.write_only.contains(&a[0]) {
+                if !self.fw.unrestored.contains(&a[0]) {
                     let arr = self.fwdv(a[0])?;
                     let old = self.saved(inst, 0)?;
                     self.e.eff(Op::TrustedStore, [vec![arr], idx, vec![old]].concat());

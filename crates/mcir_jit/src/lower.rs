@@ -480,21 +480,6 @@ impl FnLower<'_, '_> {
         // The header computes only constants and tests; its bound may be one of them.
         self.block_insts(h)?;
         let counter = self.v(u.counter)?;
-        let short = match u.test {
-            crate::unroll::Test::Below { bound } => {
-                // Fewer than `factor` iterations left: `counter >= bound`, or
-                // `bound - counter` (exact as an unsigned number when it is positive)
-                // below the factor.
-                let n = self.v(bound)?;
-                let done = self.b.ins().icmp(IntCC::SignedGreaterThanOrEqual, counter, n);
-                let left = self.b.ins().isub(n, counter);
-                let few = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThan, left, u.factor);
-                self.b.ins().bor(done, few)
-            }
-            crate::unroll::Test::Above { floor } => {
-                self.b.ins().icmp_imm_s(IntCC::SignedLessThanOrEqual, counter, floor + u.factor - 1)
-            }
-        };
         // Loads and stores at the counter into an array the loop does not make, bounded
         // by another array's extent (`b[l, j]` for `l < size(a, 1)`): the copies run
         // only when the counter and the next `factor - 1` values are below that extent,
@@ -503,24 +488,53 @@ impl FnLower<'_, '_> {
             crate::unroll::Test::Below { .. } => self.counter_indexed_accesses(u),
             crate::unroll::Test::Above { .. } => Vec::new(),
         };
-        let mut short = short;
-        let mut tested: Vec<(Value, usize)> = Vec::new();
-        for &(inst, dim, _) in &guarded {
-            let a = f.insts[inst].args[0];
-            if tested.contains(&(a, dim)) {
-                continue;
+        // The copies run when the counter is below a limit computed from values fixed
+        // for the whole loop, so the test left in the loop is one comparison (Cranelift
+        // moves the limit's arithmetic in front of the loop).
+        let below_by = u.factor - 1;
+        let short = match u.test {
+            crate::unroll::Test::Below { bound } => {
+                // `counter + factor <= bound`, as `counter < bound - (factor - 1)`; a bound
+                // so low that the subtraction would wrap admits no counter.
+                let n = self.v(bound)?;
+                let lowest = self.b.ins().iconst(P, i64::MIN);
+                let wraps = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, n, i64::MIN + below_by);
+                let shifted = self.b.ins().iadd_imm_s(n, -below_by);
+                let limit = self.b.ins().select(wraps, lowest, shifted);
+                let mut tested: Vec<(Value, usize)> = Vec::new();
+                let mut room: Option<CValue> = None;
+                for &(inst, dim, _) in &guarded {
+                    let a = f.insts[inst].args[0];
+                    if tested.contains(&(a, dim)) {
+                        continue;
+                    }
+                    tested.push((a, dim));
+                    let arr = self.v(a)?;
+                    let extent = self.b.ins().load(P, header_flags(), arr, array::DIMS + 8 * dim as i32);
+                    // Counters 0..extent - (factor - 1) start `factor` in-bounds
+                    // iterations; an extent is never negative, so this cannot wrap.
+                    let starts = self.b.ins().iadd_imm_s(extent, -below_by);
+                    room = Some(match room {
+                        None => starts,
+                        Some(r) => self.b.ins().smin(r, starts),
+                    });
+                }
+                match room {
+                    // The counter must be in 0..room and below the limit: one unsigned
+                    // comparison with the smaller of the two, neither below zero.
+                    Some(room) => {
+                        let both = self.b.ins().smin(room, limit);
+                        let zero = self.zero();
+                        let room = self.b.ins().smax(both, zero);
+                        self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, counter, room)
+                    }
+                    None => self.b.ins().icmp(IntCC::SignedGreaterThanOrEqual, counter, limit),
+                }
             }
-            let arr = self.v(a)?;
-            let extent = self.b.ins().load(P, header_flags(), arr, array::DIMS + 8 * dim as i32);
-            // counter..counter + factor within 0..extent, as unsigned comparisons: a
-            // negative counter, or an extent below the factor, fails them.
-            let last_start = self.b.ins().iadd_imm_s(extent, -u.factor);
-            let too_small = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, extent, u.factor);
-            let past = self.b.ins().icmp(IntCC::UnsignedGreaterThan, counter, last_start);
-            let fails = self.b.ins().bor(too_small, past);
-            short = self.b.ins().bor(short, fails);
-            tested.push((a, dim));
-        }
+            crate::unroll::Test::Above { floor } => {
+                self.b.ins().icmp_imm_s(IntCC::SignedLessThanOrEqual, counter, floor + below_by)
+            }
+        };
         let copies = self.b.create_block();
         let rest = self.b.create_block();
         // The target that leaves the unrolled loop first (see `terminator`).
