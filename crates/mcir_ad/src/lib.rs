@@ -156,10 +156,42 @@ pub fn derive_with(
         module.funcs[rule.rev] = rev;
         special = Some(EntryRule { func: f, constant, rule });
     }
+    let module = inline_passes(module, &rules, special.as_ref());
     if let Err(e) = mcir_ir::verify_module(&module) {
         return Err(AdError::internal(&e.func, format!("the derived IR does not verify: {}", e.message)));
     }
     Ok(Derived { module, rules, entry: special })
+}
+
+/// The most instructions a pass may have to be inlined into the one pass that calls it.
+const MAX_INLINED_PASS_INSTS: usize = 400;
+
+/// `module` with every forward or reverse pass that is called from one place, is one
+/// block and cannot fail inlined there (`mcir_ir::inline::inline_single_calls`), and the
+/// passes it went into cleaned: the callee's tape record is then a struct the caller
+/// builds and pushes, and reads fields of, and its results are the values they hold.
+fn inline_passes(mut module: Module, rules: &[RuleIds], special: Option<&EntryRule>) -> Module {
+    let mut passes = vec![false; module.funcs.len()];
+    for r in rules.iter().chain(special.map(|s| &s.rule)) {
+        passes[r.fwd.index()] = true;
+        passes[r.rev.index()] = true;
+    }
+    let inlined = mcir_ir::inline::inline_single_calls(&module, &passes, MAX_INLINED_PASS_INSTS);
+    let calls = |f: &Function| {
+        f.blocks
+            .iter()
+            .flat_map(|(_, d)| &d.insts)
+            .filter(|&&i| matches!(f.insts[i].op, mcir_ir::Op::Call(_)))
+            .count()
+    };
+    let ids: Vec<FuncId> = module.funcs.keys().collect();
+    for id in ids {
+        if calls(&inlined.funcs[id]) != calls(&module.funcs[id]) {
+            let f = mcir_ir::hoist::fold_and_hoist_derived(inlined.funcs[id].clone(), &module.types);
+            module.funcs[id] = dce::remove_dead_code(&f);
+        }
+    }
+    module
 }
 
 /// Declares the tape and the two passes of a rule of `f` (named `f$fwd{suffix}`,

@@ -127,6 +127,14 @@ pub fn hoist_in_derived(f: Function, types: &TypeTable) -> Function {
     hoist_invariants(f, types, true)
 }
 
+/// A derived pass into which others were inlined: fields read from the tuples and
+/// immutable structs it now builds itself (a step's results, its tape record) are the
+/// values they were built from, then loop invariants are hoisted as in
+/// [`hoist_in_derived`].
+pub fn fold_and_hoist_derived(f: Function, types: &TypeTable) -> Function {
+    hoist_invariants(fold_projections(f, types), types, true)
+}
+
 fn hoist_invariants(mut f: Function, types: &TypeTable, peeks: bool) -> Function {
     let cfg = ControlFlow::compute(&f);
     // Inner loops first, so that what leaves an inner loop can leave its outer one too.

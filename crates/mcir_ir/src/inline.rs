@@ -52,8 +52,8 @@ fn infallible(types: &TypeTable, op: &Op) -> bool {
     }
 }
 
-/// The functions of `module` that are inlined where they are called.
-fn inlinable(module: &Module) -> Vec<bool> {
+/// How many places of `module` call each function.
+fn call_sites(module: &Module) -> Vec<usize> {
     let mut call_sites = vec![0usize; module.funcs.len()];
     for (_, f) in module.funcs.iter() {
         for (_, d) in f.insts.iter() {
@@ -64,27 +64,64 @@ fn inlinable(module: &Module) -> Vec<bool> {
             }
         }
     }
+    call_sites
+}
+
+/// Whether `f` (function `id` of `module`) is one block that cannot fail, of at most
+/// `limit` instructions, without a hand-written rule: what may replace a call of it.
+fn may_inline(module: &Module, id: FuncId, f: &Function, limit: usize) -> bool {
+    f.blocks.len() == 1
+        && matches!(f.blocks[f.entry()].term, Terminator::Return(_))
+        && f.blocks[f.entry()].insts.len() <= limit
+        && f.blocks[f.entry()].insts.iter().all(|&i| infallible(&module.types, &f.insts[i].op))
+        && !module.rules.iter().any(|r| r.func == id)
+}
+
+/// The functions of `module` that are inlined where they are called.
+fn inlinable(module: &Module) -> Vec<bool> {
+    let call_sites = call_sites(module);
     module
         .funcs
         .iter()
         .map(|(id, f)| {
-            let size = f.blocks[f.entry()].insts.len();
             let limit = if call_sites[id.index()] == 1 { MAX_INSTS_ONE_CALL } else { MAX_INSTS };
-            f.blocks.len() == 1
-                && matches!(f.blocks[f.entry()].term, Terminator::Return(_))
-                && size <= limit
-                && f.blocks[f.entry()].insts.iter().all(|&i| infallible(&module.types, &f.insts[i].op))
-                && !module.rules.iter().any(|r| r.func == id)
+            may_inline(module, id, f, limit)
         })
         .collect()
+}
+
+/// `module` with every call of a function called from one place, marked in `candidates`
+/// and of at most `limit` instructions (one block that cannot fail), replaced by the
+/// function's instructions, in rounds. Function ids do not change. Derived passes use
+/// it: a step function's forward and reverse passes, each called from one loop of its
+/// caller's, become that loop's body, so a step pays no call, and its tape record and
+/// results are read where they were made.
+pub fn inline_single_calls(module: &Module, candidates: &[bool], limit: usize) -> Module {
+    inline_in_rounds(module, |m| {
+        let sites = call_sites(m);
+        m.funcs
+            .iter()
+            .map(|(id, f)| {
+                candidates.get(id.index()).copied().unwrap_or(false)
+                    && sites[id.index()] == 1
+                    && may_inline(m, id, f, limit)
+            })
+            .collect()
+    })
 }
 
 /// `module` with every call of a small function replaced by the function's instructions.
 /// Function ids do not change (the functions themselves stay).
 pub fn inline_small_functions(module: &Module) -> Module {
+    inline_in_rounds(module, inlinable)
+}
+
+/// `module` with the calls of the functions `can` marks (computed afresh each round)
+/// replaced by their instructions, until a round inlines nothing.
+fn inline_in_rounds(module: &Module, can: impl Fn(&Module) -> Vec<bool>) -> Module {
     let mut out = module.clone();
     for _ in 0..ROUNDS {
-        let can = inlinable(&out);
+        let can = can(&out);
         if !can.iter().any(|&c| c) {
             break;
         }
