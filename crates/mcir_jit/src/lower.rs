@@ -21,7 +21,7 @@ use mcir_ir::{
     BlockCall, CmpOp, FBinOp, FUnOp, FuncId, Function, IBinOp, IUnOp, Module, Op, Scalar, Span, Terminator,
     TypeId, TypeTable, Value,
 };
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// A runtime function as generated code sees it.
 pub(crate) struct RtFn {
@@ -147,6 +147,15 @@ struct FnLower<'a, 'b> {
     /// the offset of the next allocation in it.
     block_bytes: i64,
     piece: Option<(CValue, i64)>,
+    /// Records (tuples and structs of many fields) of the block being lowered whose
+    /// memory is taken at the block's start, so that each field is stored as soon as its
+    /// value is computed rather than all at the end, where every one of them would have
+    /// to be live at once (a step's tape record): the record, and which fields are stored.
+    early_records: HashMap<mcir_ir::Inst, (CValue, Vec<bool>)>,
+    /// The records' fields still to store, by the value that goes in them.
+    early_fields: HashMap<Value, Vec<(mcir_ir::Inst, usize)>>,
+    /// Whether the function gives arena memory back (`arena.release`).
+    releases_arena: bool,
     /// `sin x` and `cos x` of one operand in one block: each instruction's partner's
     /// result. The first of a pair to be lowered computes both with one `sincos` call.
     sincos_partner: HashMap<mcir_ir::Inst, Value>,
@@ -247,6 +256,9 @@ fn fixed_allocation(op: &Op, nargs: usize) -> Option<i64> {
     Some((bytes + 7) / 8 * 8)
 }
 
+/// The fewest fields of a record whose fields are stored as they are computed.
+const EARLY_RECORD_FIELDS: usize = 6;
+
 /// Room for this many values in a new stack, before it first grows.
 const STACK_FIRST: i64 = 16;
 
@@ -326,6 +338,9 @@ impl<'a> Lowering<'a> {
             fused,
             block_bytes: 0,
             piece: None,
+            early_records: HashMap::new(),
+            early_fields: HashMap::new(),
+            releases_arena: f.insts.iter().any(|(_, d)| matches!(d.op, Op::ArenaRelease)),
             sincos_partner: sincos_pairs(f),
             sincos_slot: None,
             map_partner: HashMap::new(),
@@ -443,6 +458,7 @@ impl FnLower<'_, '_> {
         let (count, total) = sizes.fold((0, 0), |(c, t), s| (c + 1, t + s));
         self.block_bytes = if count > 1 { total } else { 0 };
         self.piece = None;
+        self.take_early_records(b)?;
         for &inst in &data.insts {
             let d = &f.insts[inst];
             if d.result.is_some_and(|r| self.fused.contains_key(&r))
@@ -454,6 +470,58 @@ impl FnLower<'_, '_> {
                 self.fused_loop(inst, &data.insts)?;
             } else {
                 self.inst(inst)?;
+            }
+            if let Some(r) = d.result {
+                self.store_early_fields(r)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes the memory of block `b`'s records of at least [`EARLY_RECORD_FIELDS`] fields
+    /// (see `early_records`) and stores the fields whose values come from before the
+    /// block. A block that marks or releases the arena keeps its allocations in order.
+    fn take_early_records(&mut self, b: mcir_ir::Block) -> Result<(), String> {
+        let f = self.f;
+        self.early_records.clear();
+        self.early_fields.clear();
+        let insts = &f.blocks[b].insts;
+        if insts.iter().any(|&i| matches!(f.insts[i].op, Op::ArenaMark | Op::ArenaRelease)) {
+            return Ok(());
+        }
+        let defined_here: HashSet<Value> = insts.iter().filter_map(|&i| f.insts[i].result).collect();
+        for &inst in insts {
+            let d = &f.insts[inst];
+            let record =
+                matches!(d.op, Op::TupleNew | Op::StructNew(_)) && d.args.len() >= EARLY_RECORD_FIELDS;
+            if !record || d.args.iter().any(|a| self.fused.contains_key(a)) {
+                continue;
+            }
+            let site = self.site(d.span);
+            let base = self.alloc(8 * d.args.len() as i64, site);
+            let mut stored = vec![false; d.args.len()];
+            for (k, &a) in d.args.iter().enumerate() {
+                if defined_here.contains(&a) {
+                    self.early_fields.entry(a).or_default().push((inst, k));
+                } else {
+                    let v = self.v(a)?;
+                    self.b.ins().store(flags(), v, base, 8 * k as i32);
+                    stored[k] = true;
+                }
+            }
+            self.early_records.insert(inst, (base, stored));
+        }
+        Ok(())
+    }
+
+    /// Stores `v` into the fields of early records that hold it.
+    fn store_early_fields(&mut self, v: Value) -> Result<(), String> {
+        let Some(fields) = self.early_fields.remove(&v) else { return Ok(()) };
+        let Some(cv) = self.vals[v.index()] else { return Ok(()) };
+        for (record, k) in fields {
+            if let Some((base, stored)) = self.early_records.get_mut(&record) {
+                self.b.ins().store(flags(), cv, *base, 8 * k as i32);
+                stored[k] = true;
             }
         }
         Ok(())
@@ -1541,6 +1609,15 @@ impl FnLower<'_, '_> {
                 self.b.ins().store(flags(), args[1], args[0], 0);
                 None
             }
+            Op::TupleNew | Op::StructNew(_) if self.early_records.contains_key(&inst) => {
+                let (base, stored) = self.early_records.remove(&inst).ok_or("no early record")?;
+                for (k, &a) in args.iter().enumerate() {
+                    if !stored[k] {
+                        self.b.ins().store(flags(), a, base, 8 * k as i32);
+                    }
+                }
+                Some(base)
+            }
             Op::TupleNew | Op::StructNew(_) => {
                 if args.is_empty() {
                     Some(self.zero())
@@ -1552,6 +1629,15 @@ impl FnLower<'_, '_> {
                     }
                     Some(block)
                 }
+            }
+            Op::TupleGet(k) | Op::StructGet(_, k) if !self.releases_arena => {
+                // Tuples and immutable structs never change once built, and in a function
+                // that gives no arena memory back none is freed while the function can
+                // still read it: Cranelift may read a field where its value is first
+                // needed (a step's tape record is read field by field through the
+                // reverse step, not all at its start).
+                let t = machine_type(result_ty.ok_or("field read without result")?);
+                Some(self.b.ins().load(t, header_flags(), args[0], 8 * *k as i32))
             }
             Op::TupleGet(k) | Op::StructGet(_, k) | Op::MutLoad(_, k) => {
                 let t = machine_type(result_ty.ok_or("field read without result")?);
