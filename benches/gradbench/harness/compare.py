@@ -33,10 +33,24 @@ def load(path):
     return out
 
 
+def merge(rounds):
+    """The fastest time of each evaluation over several rounds; valid if valid in all."""
+    out = {}
+    for r in rounds:
+        for key, (t, v) in r.items():
+            if key not in out:
+                out[key] = (t, v)
+                continue
+            t0, v0 = out[key]
+            times = [x for x in (t0, t) if x is not None]
+            out[key] = (min(times) if times else None, v0 if v is None else (v if v0 is None else v0 and v))
+    return out
+
+
 def main():
-    name, logdir = sys.argv[1], sys.argv[2]
-    tools = [t for t in ("mcc", "manual", "tapenade") if os.path.exists(f"{logdir}/{name}_{t}.jsonl")]
-    logs = {t: load(f"{logdir}/{name}_{t}.jsonl") for t in tools}
+    name, logdirs = sys.argv[1], sys.argv[2:]
+    tools = [t for t in ("mcc", "manual", "tapenade") if os.path.exists(f"{logdirs[0]}/{name}_{t}.jsonl")]
+    logs = {t: merge([load(f"{d}/{name}_{t}.jsonl") for d in logdirs if os.path.exists(f"{d}/{name}_{t}.jsonl")]) for t in tools}
     workloads = [d for (fn, d) in logs["mcc"] if fn == DERIVATIVE[name]]
     others = [t for t in tools if t != "mcc"]
     head = ["workload", "mcc primal", "mcc derivative", "derivative / primal", "mcc valid"]
