@@ -156,6 +156,9 @@ struct FnLower<'a, 'b> {
     early_fields: HashMap<Value, Vec<(mcir_ir::Inst, usize)>>,
     /// Whether the function gives arena memory back (`arena.release`).
     releases_arena: bool,
+    /// While the copies of an unrolled body are lowered: the accesses whose address
+    /// moves by a fixed stride from one copy to the next (see `stepped_access`).
+    stepped: Option<Stepped>,
     /// `sin x` and `cos x` of one operand in one block: each instruction's partner's
     /// result. The first of a pair to be lowered computes both with one `sincos` call.
     sincos_partner: HashMap<mcir_ir::Inst, Value>,
@@ -256,6 +259,19 @@ fn fixed_allocation(op: &Op, nargs: usize) -> Option<i64> {
     Some((bytes + 7) / 8 * 8)
 }
 
+/// The copies of an unrolled loop's body being lowered, for addresses that step.
+struct Stepped {
+    /// The loop's header and body.
+    header: mcir_ir::Block,
+    body: mcir_ir::Block,
+    /// The loop's counter, and by how much it moves from one copy to the next.
+    counter: Value,
+    delta: i64,
+    /// For each stepping access: the address of the previous copy's, and how many bytes
+    /// it moves per copy.
+    previous: HashMap<mcir_ir::Inst, (CValue, CValue)>,
+}
+
 /// The fewest fields of a record whose fields are stored as they are computed.
 const EARLY_RECORD_FIELDS: usize = 6;
 
@@ -341,6 +357,7 @@ impl<'a> Lowering<'a> {
             early_records: HashMap::new(),
             early_fields: HashMap::new(),
             releases_arena: f.insts.iter().any(|(_, d)| matches!(d.op, Op::ArenaRelease)),
+            stepped: None,
             sincos_partner: sincos_pairs(f),
             sincos_slot: None,
             map_partner: HashMap::new(),
@@ -637,6 +654,17 @@ impl FnLower<'_, '_> {
                 args[counter_at] = next;
             }
         } else {
+            let delta = match u.test {
+                crate::unroll::Test::Below { .. } => 1,
+                crate::unroll::Test::Above { .. } => -1,
+            };
+            self.stepped = Some(Stepped {
+                header: h,
+                body: u.body,
+                counter: u.counter,
+                delta,
+                previous: HashMap::new(),
+            });
             for copy in 0..u.factor {
                 if copy > 0 {
                     for (k, p) in params.iter().enumerate() {
@@ -647,6 +675,7 @@ impl FnLower<'_, '_> {
                 self.block_insts(u.body)?;
                 args = back.args.iter().map(|&a| self.v(a)).collect::<Result<_, _>>()?;
             }
+            self.stepped = None;
         }
         let jump_args: Vec<cranelift_codegen::ir::BlockArg> = args.iter().map(|&v| v.into()).collect();
         self.b.ins().jump(self.blocks[h.index()], &jump_args);
@@ -940,6 +969,103 @@ impl FnLower<'_, '_> {
         let data = self.b.ins().load(P, header_flags(), a, array::DATA);
         let off = if elem_bytes == 1 { flat } else { self.b.ins().imul_imm_s(flat, elem_bytes) };
         self.b.ins().iadd(data, off)
+    }
+
+    /// In the copies of an unrolled body, the dimension of a load or store (`inst`, with
+    /// `n_idx` indices, every one in bounds) whose index there is the loop's counter give
+    /// or take a constant, when that dimension is not the last and the array and every
+    /// other index are fixed for the whole loop (`b[l, j]` in a loop over `l`): from one
+    /// copy to the next its address moves by the same number of bytes, so the copies after
+    /// the first add that instead of multiplying the index by an extent again.
+    fn stepped_access(
+        &self,
+        inst: mcir_ir::Inst,
+        n_idx: usize,
+        trusted: bool,
+        proven: &[bool],
+    ) -> Option<usize> {
+        let st = self.stepped.as_ref()?;
+        let f = self.f;
+        let d = &f.insts[inst];
+        if n_idx < 2 || !(trusted || (0..n_idx).all(|k| proven.get(k).copied().unwrap_or(false))) {
+            return None;
+        }
+        // A header parameter the body passes back unchanged is fixed for the loop.
+        let passed_back = |v: Value| match (&f.blocks[st.body].term, f.values[v].def) {
+            (Terminator::Jump(back), mcir_ir::ValueDef::Param(b, k)) if b == st.header => {
+                back.args.get(k as usize) == Some(&v)
+            }
+            _ => false,
+        };
+        let in_loop = |v: Value| match f.values[v].def {
+            mcir_ir::ValueDef::Param(b, _) => (b == st.header && !passed_back(v)) || b == st.body,
+            mcir_ir::ValueDef::Inst(i) => {
+                f.blocks[st.header].insts.contains(&i) || f.blocks[st.body].insts.contains(&i)
+            }
+        };
+        // The counter itself, or the counter plus or minus a constant.
+        let follows_counter = |v: Value| {
+            v == st.counter
+                || match f.values[v].def {
+                    mcir_ir::ValueDef::Inst(i) => {
+                        let di = &f.insts[i];
+                        let constant = |x: Value| match f.values[x].def {
+                            mcir_ir::ValueDef::Inst(j) => matches!(f.insts[j].op, Op::IConst(_)),
+                            mcir_ir::ValueDef::Param(..) => false,
+                        };
+                        match di.op {
+                            Op::IBinary(mcir_ir::IBinOp::Add) => {
+                                di.args[0] == st.counter && constant(di.args[1])
+                                    || di.args[1] == st.counter && constant(di.args[0])
+                            }
+                            Op::IBinary(mcir_ir::IBinOp::Sub) => {
+                                di.args[0] == st.counter && constant(di.args[1])
+                            }
+                            _ => false,
+                        }
+                    }
+                    mcir_ir::ValueDef::Param(..) => false,
+                }
+        };
+        if in_loop(d.args[0]) {
+            return None;
+        }
+        let idx = &d.args[1..1 + n_idx];
+        let dim = idx.iter().position(|&v| follows_counter(v))?;
+        let others_fixed = idx.iter().enumerate().all(|(k, &v)| k == dim || !in_loop(v));
+        (dim + 1 < n_idx && others_fixed).then_some(dim)
+    }
+
+    /// The address of a stepping access (`stepped_access`): computed in full in the first
+    /// copy, then the previous copy's moved by the stride of dimension `dim`.
+    fn stepped_addr(
+        &mut self,
+        inst: mcir_ir::Inst,
+        a: CValue,
+        idx: &[CValue],
+        elem_bytes: i64,
+        dim: usize,
+    ) -> CValue {
+        let delta = self.stepped.as_ref().map_or(1, |st| st.delta);
+        if let Some(&(prev, stride)) = self.stepped.as_ref().and_then(|st| st.previous.get(&inst)) {
+            let addr =
+                if delta > 0 { self.b.ins().iadd(prev, stride) } else { self.b.ins().isub(prev, stride) };
+            if let Some(st) = self.stepped.as_mut() {
+                st.previous.insert(inst, (addr, stride));
+            }
+            return addr;
+        }
+        let addr = self.element_addr(a, idx, elem_bytes, None, &vec![true; idx.len()]);
+        // Bytes per unit of index `dim`: the element size times the later extents.
+        let mut stride = self.b.ins().iconst(P, elem_bytes);
+        for k in dim + 1..idx.len() {
+            let ext = self.b.ins().load(P, header_flags(), a, array::DIMS + 8 * k as i32);
+            stride = self.b.ins().imul(stride, ext);
+        }
+        if let Some(st) = self.stepped.as_mut() {
+            st.previous.insert(inst, (addr, stride));
+        }
+        addr
     }
 
     /// A small block from the arena: bump the context's window inline, and ask the
@@ -1477,7 +1603,10 @@ impl FnLower<'_, '_> {
                 let is_load = matches!(d.op, Op::Load | Op::TrustedLoad);
                 let n_idx = if is_load { args.len() - 1 } else { args.len() - 2 };
                 let proven = self.proofs.in_bounds.get(&inst).cloned().unwrap_or_default();
-                let addr = self.element_addr(args[0], &args[1..1 + n_idx], bytes, site, &proven);
+                let addr = match self.stepped_access(inst, n_idx, trusted, &proven) {
+                    Some(dim) => self.stepped_addr(inst, args[0], &args[1..1 + n_idx], bytes, dim),
+                    None => self.element_addr(args[0], &args[1..1 + n_idx], bytes, site, &proven),
+                };
                 if is_load {
                     Some(self.b.ins().load(et, flags(), addr, 0))
                 } else {

@@ -13,6 +13,10 @@
 //! not the loop's bound (`b[l, j]` in `for l in 0..size(a, 1)`), keeps its check in the
 //! loop as written; the copies run only when the counter's next `factor` values are
 //! within that extent too, and skip it (`lower.rs`, `counter_indexed_accesses`).
+//! In the copies after the first, a load or store whose index in a dimension other than
+//! the last follows the counter (`b[l, j]`, every index in bounds, the other indices
+//! fixed) takes the previous copy's address moved by that dimension's stride, rather
+//! than multiplying the index by the extents again (`lower.rs`, `stepped_access`).
 //! When the body is elementwise work on one index (`pairs`), the copies run two at a
 //! time in 128-bit vectors. Each copy is compiled code, so only small bodies are
 //! copied: four times up to 8 instructions, twice up to 24.
