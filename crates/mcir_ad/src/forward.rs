@@ -37,7 +37,8 @@ pub(crate) struct Forward {
 /// The arrays a function makes (`fill`, `zeros`, `zeros_like`, literals, copies) whose
 /// overwrites need not be undone by its reverse pass. Every use of such an array in the
 /// function is a load or a write of an element, its extent, or returning it, and no
-/// write can follow a load (no store is reachable from a load). The reverse pass reads
+/// write can follow a load (no store is reachable from a load without making the array
+/// anew: one made in a loop is a new array on every iteration). The reverse pass reads
 /// the array's elements only where it reloads what a load read; as nothing is written
 /// after any load, the array then holds what every load saw, so the reverse of a write
 /// need not restore the old element and the forward pass need not keep it. Nothing
@@ -80,8 +81,14 @@ pub(crate) fn unrestored_arrays(primal: &Function) -> std::collections::HashSet<
 }
 
 /// Whether a store into `array` can run after a load from it: later in the block of a
-/// load, or in a block reachable from that block (itself included, around a loop).
+/// load, or in a block reachable from that block (itself included, around a loop)
+/// without running the allocation again. An array made inside a loop is a new array on
+/// each iteration: what an iteration writes after the last one read is another array.
 fn store_follows_load(primal: &Function, array: Value) -> bool {
+    let made_in = primal
+        .blocks
+        .iter()
+        .find_map(|(b, data)| data.insts.iter().any(|&i| primal.insts[i].result == Some(array)).then_some(b));
     let accesses = |b: Block| {
         primal.blocks[b].insts.iter().filter_map(move |&i| {
             let d = &primal.insts[i];
@@ -105,7 +112,7 @@ fn store_follows_load(primal: &Function, array: Value) -> bool {
         }
     }
     while let Some(b) = work.pop() {
-        if std::mem::replace(&mut seen[b.index()], true) {
+        if std::mem::replace(&mut seen[b.index()], true) || Some(b) == made_in {
             continue;
         }
         if accesses(b).any(|store| store) {
