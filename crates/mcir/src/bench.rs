@@ -91,12 +91,16 @@ fn lend(o: &mut Owned) -> Arg<'_> {
 }
 
 /// Compiles `source`, then times `iters` primal and gradient calls of `name` at `args`.
+/// The gradient is taken with the parameters' `kinds` (constants are not differentiated;
+/// see [`crate::ArgKind`]); the JVP along all-ones tangents of every differentiable one.
+#[allow(clippy::too_many_arguments)]
 pub fn bench(
     file: &str,
     source: &str,
     name: Option<&str>,
     args_json: &str,
     iters: usize,
+    kinds: &[crate::ArgKind],
     limits: &Limits,
     source_limits: &crate::SourceLimits,
 ) -> Result<BenchReport, ApiError> {
@@ -115,14 +119,17 @@ pub fn bench(
         let p = compile(file, source).map_err(|e| ApiError::Compile(e.render()))?;
         let pid = p.entry(name).map_err(|e| ApiError::Args(e.to_string()))?;
         let fname = p.module.funcs[pid].name.clone();
-        p.function(&fname)?.prepare()?;
+        p.function(&fname)?.with_kinds(kinds).prepare()?;
         compiles.push(t.elapsed().as_secs_f64() * 1e3);
     }
     let start = Instant::now();
     let program = compile(file, source).map_err(|e| ApiError::Compile(e.render()))?;
     let id = program.entry(name).map_err(|e| ApiError::Args(e.to_string()))?;
     let fname = program.module.funcs[id].name.clone();
-    let function = program.function(&fname)?.with_limits(limits.clone());
+    let function = program.function(&fname)?.with_kinds(kinds).with_limits(limits.clone());
+    let constant: Vec<bool> = (0..program.module.funcs[id].params.len())
+        .map(|i| crate::forward::kind_of(kinds, i) == crate::ArgKind::Const)
+        .collect();
     let mut prepared = function.prepare()?;
     let flat: Option<Vec<Owned>> = args.iter().map(owned).collect();
     let returns_f64 = program.module.funcs[id].ret == Some(mcir_ir::TypeTable::F64);
@@ -143,7 +150,7 @@ pub fn bench(
         let mut lent: Vec<Arg<'_>> = work.iter_mut().map(lend).collect();
         prepared.call(&mut lent)?;
         let mut work: Vec<Owned> = flat.iter().map(clone_owned).collect();
-        gradient_once(&mut prepared, &mut work, &mut grads)?;
+        gradient_once(&mut prepared, &mut work, &mut grads, &constant)?;
     } else {
         function.vjp(&crate::grad::deep_copy_all(&args), seed(&program, id), &[])?;
     }
@@ -180,7 +187,7 @@ pub fn bench(
                 drop(lent);
                 let mut work: Vec<Owned> = flat.iter().map(clone_owned).collect();
                 let t = Instant::now();
-                gradient_once(&mut prepared, &mut work, &mut grads)?;
+                gradient_once(&mut prepared, &mut work, &mut grads, &constant)?;
                 gradient.push(t.elapsed().as_nanos() as f64);
                 if let Some(tangents) = &tangents {
                     jvp.push(jvp_once(&mut prepared, flat, tangents)?);
@@ -229,10 +236,12 @@ fn jvp_once(prepared: &mut crate::Prepared<'_>, flat: &[Owned], tangents: &[Owne
     Ok(t.elapsed().as_nanos() as f64)
 }
 
+/// One gradient call; a constant parameter's slot is skipped.
 fn gradient_once(
     prepared: &mut crate::Prepared<'_>,
     work: &mut [Owned],
     grads: &mut [Vec<f64>],
+    constant: &[bool],
 ) -> Result<f64, ApiError> {
     let mut scalar_grads = vec![0.0; work.len()];
     let mut lent: Vec<Arg<'_>> = work.iter_mut().map(lend).collect();
@@ -240,7 +249,9 @@ fn gradient_once(
         .iter_mut()
         .zip(scalar_grads.iter_mut())
         .zip(lent.iter())
-        .map(|((g, s), a)| match a {
+        .enumerate()
+        .map(|(i, ((g, s), a))| match a {
+            _ if constant.get(i).copied().unwrap_or(false) => GradSlot::Skip,
             Arg::F64(_) => GradSlot::F64(s),
             Arg::F64Array(..) => GradSlot::Array(g),
             _ => GradSlot::Skip,

@@ -221,6 +221,8 @@ enum Command {
         /// Calls timed of each kind.
         #[arg(long, default_value_t = 200)]
         iters: usize,
+        #[command(flatten)]
+        kinds: Kinds,
     },
     /// A GradBench tool: GradBench's protocol on standard input and output (see
     /// `docs/performance.md`), with the programs of benches/gradbench.
@@ -311,7 +313,9 @@ fn run_here(args: Vec<OsString>, stdin: &mut dyn Read) -> Outcome {
                 mcir::CheckOptions { trials, rtol, seed, ad: mcir::AdOptions { corrupt: corrupt_rule } };
             cmd_check(&common, args.as_deref(), &options, json, stdin)
         }
-        Command::Bench { common, args, iters } => cmd_bench(&common, args.as_deref(), iters, stdin),
+        Command::Bench { common, args, iters, kinds } => {
+            cmd_bench(&common, args.as_deref(), iters, &kinds, stdin)
+        }
         Command::Jvp { common, args, tangent, kinds } => {
             cmd_jvp(&common, args.as_deref(), &tangent, &kinds, false, stdin)
         }
@@ -528,7 +532,13 @@ fn derivative_outcome(
     }
 }
 
-fn cmd_bench(common: &Common, args: Option<&str>, iters: usize, stdin: &mut dyn Read) -> Outcome {
+fn cmd_bench(
+    common: &Common,
+    args: Option<&str>,
+    iters: usize,
+    kinds: &Kinds,
+    stdin: &mut dyn Read,
+) -> Outcome {
     let result = (|| {
         if iters == 0 || iters > 10_000_000 {
             return Err(Outcome::usage("--iters must be between 1 and 10000000"));
@@ -540,11 +550,13 @@ fn cmd_bench(common: &Common, args: Option<&str>, iters: usize, stdin: &mut dyn 
         let source_limits = source_limits(common)?;
         let (name, text) = read_program(&common.file, stdin)?;
         // Compile errors are reported with their source lines, as for every command.
-        mcir::Program::compile_with(&name, &text, &source_limits)
+        let program = mcir::Program::compile_with(&name, &text, &source_limits)
             .map_err(|e| Outcome::program(e.render()))?;
+        let entry = program.entry(common.func.as_deref()).map_err(Outcome::usage)?;
+        let kinds = kinds.resolve(program.module().funcs[entry].params.len())?;
         let args = read_json_arg("--args", args.unwrap_or("[]"))?;
-        match mcir::bench::bench(&name, &text, common.func.as_deref(), &args, iters, &limits, &source_limits)
-        {
+        let func = common.func.as_deref();
+        match mcir::bench::bench(&name, &text, func, &args, iters, &kinds, &limits, &source_limits) {
             Ok(r) => Ok(Outcome::ok(r.to_json() + "\n")),
             Err(mcir::ApiError::Args(m)) => Err(Outcome::usage(m)),
             Err(mcir::ApiError::Runtime(e)) => {

@@ -243,3 +243,25 @@ fn argument_kinds_in_the_api() {
     assert!(matches!(out.tangent, Val::F64(t) if t == -8.0));
     assert!(matches!(out.args_tangent[0], Val::Unit) && matches!(out.args_tangent[2], Val::Unit));
 }
+
+#[test]
+fn bench_times_the_gradient_with_argument_kinds() {
+    let p = scratch();
+    let args = "[[[1, 2], [3, 4]], [1, -1], [0, 0]]";
+    for kinds in [&[][..], &["--const", "0"][..], &["--const", "0", "--cache", "2"][..]] {
+        let mut words = vec!["bench", &p, "--fn", "main", "--args", args, "--iters", "3"];
+        words.extend(kinds);
+        let out = mcc(&words);
+        assert_eq!(out.code, 0, "{kinds:?}: {}", out.stderr);
+        let report: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
+        for key in ["compile_ms", "primal_ns", "gradient_ns", "ratio"] {
+            assert!(report[key].as_f64().is_some_and(|x| x > 0.0), "{kinds:?}: {key} in {report}");
+        }
+        assert_eq!(report["iters"], 3, "{report}");
+    }
+    let out = mcc(&["bench", &p, "--fn", "main", "--args", args, "--const", "3"]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("--const 3: the function takes 3 arguments"), "{}", out.stderr);
+    let out = mcc(&["bench", &p, "--fn", "main", "--args", args, "--const", "1", "--cache", "1"]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+}
