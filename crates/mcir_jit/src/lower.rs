@@ -261,11 +261,8 @@ fn fixed_allocation(op: &Op, nargs: usize) -> Option<i64> {
 
 /// The copies of an unrolled loop's body being lowered, for addresses that step.
 struct Stepped {
-    /// The loop's header and body.
-    header: mcir_ir::Block,
-    body: mcir_ir::Block,
-    /// The loop's counter, and by how much it moves from one copy to the next.
-    counter: Value,
+    /// The loop, and by how much its counter moves from one copy to the next.
+    unroll: crate::unroll::Unroll,
     delta: i64,
     /// For each stepping access: the address of the previous copy's, and how many bytes
     /// it moves per copy.
@@ -503,17 +500,24 @@ impl FnLower<'_, '_> {
         self.early_records.clear();
         self.early_fields.clear();
         let insts = &f.blocks[b].insts;
-        if insts.iter().any(|&i| matches!(f.insts[i].op, Op::ArenaMark | Op::ArenaRelease)) {
+        let records: Vec<mcir_ir::Inst> = insts
+            .iter()
+            .copied()
+            .filter(|&i| {
+                let d = &f.insts[i];
+                matches!(d.op, Op::TupleNew | Op::StructNew(_))
+                    && d.args.len() >= EARLY_RECORD_FIELDS
+                    && !d.args.iter().any(|a| self.fused.contains_key(a))
+            })
+            .collect();
+        if records.is_empty()
+            || insts.iter().any(|&i| matches!(f.insts[i].op, Op::ArenaMark | Op::ArenaRelease))
+        {
             return Ok(());
         }
         let defined_here: HashSet<Value> = insts.iter().filter_map(|&i| f.insts[i].result).collect();
-        for &inst in insts {
+        for inst in records {
             let d = &f.insts[inst];
-            let record =
-                matches!(d.op, Op::TupleNew | Op::StructNew(_)) && d.args.len() >= EARLY_RECORD_FIELDS;
-            if !record || d.args.iter().any(|a| self.fused.contains_key(a)) {
-                continue;
-            }
             let site = self.site(d.span);
             let base = self.alloc(8 * d.args.len() as i64, site);
             let mut stored = vec![false; d.args.len()];
@@ -636,7 +640,7 @@ impl FnLower<'_, '_> {
             return Err("an unrolled loop's body must jump back to its header".into());
         };
         let mut args = Vec::new();
-        let pairs = crate::unroll::pairs(f, h, &u, &self.proofs, &self.l.module.types);
+        let pairs = crate::unroll::pairs(f, &u, &self.proofs, &self.l.module.types);
         if let Some(pairs) = pairs {
             let up = matches!(u.test, crate::unroll::Test::Below { .. });
             let counter_at = params.iter().position(|&p| p == u.counter).ok_or("no counter")?;
@@ -658,13 +662,7 @@ impl FnLower<'_, '_> {
                 crate::unroll::Test::Below { .. } => 1,
                 crate::unroll::Test::Above { .. } => -1,
             };
-            self.stepped = Some(Stepped {
-                header: h,
-                body: u.body,
-                counter: u.counter,
-                delta,
-                previous: HashMap::new(),
-            });
+            self.stepped = Some(Stepped { unroll: u, delta, previous: HashMap::new() });
             for copy in 0..u.factor {
                 if copy > 0 {
                     for (k, p) in params.iter().enumerate() {
@@ -707,13 +705,7 @@ impl FnLower<'_, '_> {
                 _ => continue,
             };
             let Some(&array) = d.args.first() else { continue };
-            let defined_in_loop = match f.values[array].def {
-                mcir_ir::ValueDef::Param(b, _) => b == u.body || f.blocks[b].params.contains(&u.counter),
-                mcir_ir::ValueDef::Inst(_) => {
-                    f.blocks[u.body].insts.iter().any(|&i| f.insts[i].result == Some(array))
-                }
-            };
-            if defined_in_loop {
+            if u.defines(f, array) {
                 continue;
             }
             let proven = self.proofs.in_bounds.get(&inst);
@@ -990,49 +982,13 @@ impl FnLower<'_, '_> {
         if n_idx < 2 || !(trusted || (0..n_idx).all(|k| proven.get(k).copied().unwrap_or(false))) {
             return None;
         }
-        // A header parameter the body passes back unchanged is fixed for the loop.
-        let passed_back = |v: Value| match (&f.blocks[st.body].term, f.values[v].def) {
-            (Terminator::Jump(back), mcir_ir::ValueDef::Param(b, k)) if b == st.header => {
-                back.args.get(k as usize) == Some(&v)
-            }
-            _ => false,
-        };
-        let in_loop = |v: Value| match f.values[v].def {
-            mcir_ir::ValueDef::Param(b, _) => (b == st.header && !passed_back(v)) || b == st.body,
-            mcir_ir::ValueDef::Inst(i) => {
-                f.blocks[st.header].insts.contains(&i) || f.blocks[st.body].insts.contains(&i)
-            }
-        };
-        // The counter itself, or the counter plus or minus a constant.
-        let follows_counter = |v: Value| {
-            v == st.counter
-                || match f.values[v].def {
-                    mcir_ir::ValueDef::Inst(i) => {
-                        let di = &f.insts[i];
-                        let constant = |x: Value| match f.values[x].def {
-                            mcir_ir::ValueDef::Inst(j) => matches!(f.insts[j].op, Op::IConst(_)),
-                            mcir_ir::ValueDef::Param(..) => false,
-                        };
-                        match di.op {
-                            Op::IBinary(mcir_ir::IBinOp::Add) => {
-                                di.args[0] == st.counter && constant(di.args[1])
-                                    || di.args[1] == st.counter && constant(di.args[0])
-                            }
-                            Op::IBinary(mcir_ir::IBinOp::Sub) => {
-                                di.args[0] == st.counter && constant(di.args[1])
-                            }
-                            _ => false,
-                        }
-                    }
-                    mcir_ir::ValueDef::Param(..) => false,
-                }
-        };
-        if in_loop(d.args[0]) {
+        let u = &st.unroll;
+        if !u.fixed(f, d.args[0]) {
             return None;
         }
         let idx = &d.args[1..1 + n_idx];
-        let dim = idx.iter().position(|&v| follows_counter(v))?;
-        let others_fixed = idx.iter().enumerate().all(|(k, &v)| k == dim || !in_loop(v));
+        let dim = idx.iter().position(|&v| u.follows_counter(f, v))?;
+        let others_fixed = idx.iter().enumerate().all(|(k, &v)| k == dim || u.fixed(f, v));
         (dim + 1 < n_idx && others_fixed).then_some(dim)
     }
 

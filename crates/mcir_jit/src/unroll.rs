@@ -38,6 +38,8 @@ pub(crate) enum Test {
 /// A loop to lower with unrolled copies of its body.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Unroll {
+    /// The loop's header.
+    pub header: Block,
     /// The loop's only body block (its header's only latch).
     pub body: Block,
     /// The header parameter that counts iterations.
@@ -45,6 +47,49 @@ pub(crate) struct Unroll {
     pub test: Test,
     /// How many copies of the body run per pass of the unrolled loop (a power of two).
     pub factor: i64,
+}
+
+impl Unroll {
+    /// Whether the loop computes `v`: a parameter or instruction of its header or body.
+    pub fn defines(&self, f: &Function, v: Value) -> bool {
+        match f.values[v].def {
+            mcir_ir::ValueDef::Param(b, _) => b == self.header || b == self.body,
+            mcir_ir::ValueDef::Inst(i) => {
+                f.blocks[self.header].insts.contains(&i) || f.blocks[self.body].insts.contains(&i)
+            }
+        }
+    }
+
+    /// Whether `v` is the same on every iteration: computed outside the loop, or a
+    /// header parameter the body passes back unchanged.
+    pub fn fixed(&self, f: &Function, v: Value) -> bool {
+        let passed_back = match (&f.blocks[self.body].term, f.values[v].def) {
+            (Terminator::Jump(back), mcir_ir::ValueDef::Param(b, k)) => {
+                b == self.header && back.args.get(k as usize) == Some(&v)
+            }
+            _ => false,
+        };
+        !self.defines(f, v) || passed_back
+    }
+
+    /// Whether `v` is the counter, or the counter plus or minus a constant: it moves with
+    /// the counter from one iteration to the next.
+    pub fn follows_counter(&self, f: &Function, v: Value) -> bool {
+        let constant = |x: Value| matches!(f.values[x].def, mcir_ir::ValueDef::Inst(j) if matches!(f.insts[j].op, Op::IConst(_)));
+        if v == self.counter {
+            return true;
+        }
+        let mcir_ir::ValueDef::Inst(i) = f.values[v].def else { return false };
+        let d = &f.insts[i];
+        match d.op {
+            Op::IBinary(mcir_ir::IBinOp::Add) => {
+                d.args[0] == self.counter && constant(d.args[1])
+                    || d.args[1] == self.counter && constant(d.args[0])
+            }
+            Op::IBinary(mcir_ir::IBinOp::Sub) => d.args[0] == self.counter && constant(d.args[1]),
+            _ => false,
+        }
+    }
 }
 
 /// The most instructions (other than constants) of a body run four at a time, and
@@ -140,7 +185,7 @@ pub(crate) fn plan(f: &Function, h: Block, cfg: &ControlFlow) -> Option<Unroll> 
     if let Test::Above { floor } = test {
         floor.checked_add(factor - 1)?;
     }
-    Some(Unroll { body, counter, test, factor })
+    Some(Unroll { header: h, body, counter, test, factor })
 }
 
 /// How the copies of an unrolled body can run two at a time in 128-bit registers.
@@ -163,7 +208,6 @@ pub(crate) struct Pairs {
 /// may be the same array; they never overlap otherwise).
 pub(crate) fn pairs(
     f: &Function,
-    h: Block,
     u: &Unroll,
     proofs: &mcir_ir::bounds::Proofs,
     types: &mcir_ir::TypeTable,
@@ -172,21 +216,18 @@ pub(crate) fn pairs(
         return None;
     }
     let Terminator::Jump(back) = &f.blocks[u.body].term else { return None };
-    let params = &f.blocks[h].params;
+    let params = &f.blocks[u.header].params;
     for (k, &p) in params.iter().enumerate() {
         if p != u.counter && back.args.get(k) != Some(&p) {
             return None;
         }
     }
-    let in_loop = |v: Value| match f.values[v].def {
-        mcir_ir::ValueDef::Param(b, _) => b == h || b == u.body,
-        mcir_ir::ValueDef::Inst(i) => f.blocks[h].insts.contains(&i) || f.blocks[u.body].insts.contains(&i),
-    };
-    let invariant = |v: Value| !in_loop(v) || (params.contains(&v) && v != u.counter);
+    // Every header parameter but the counter goes round unchanged (tested above).
+    let invariant = |v: Value| u.fixed(f, v);
     let is_f64_array =
         |v: Value| types.as_array(f.value_type(v)).is_some_and(|(e, _)| e == mcir_ir::Scalar::F64);
     // The header's test is read by its branch only.
-    let Terminator::Branch { cond, .. } = &f.blocks[h].term else { return None };
+    let Terminator::Branch { cond, .. } = &f.blocks[u.header].term else { return None };
     let mut index: Option<Value> = None;
     let mut counter_offsets: Vec<Value> = vec![u.counter];
     let mut memory = false;
@@ -314,7 +355,7 @@ bb3:
         let f = m.funcs.values().next().expect("a function");
         let cfg = ControlFlow::compute(f);
         let proofs = f.proofs();
-        cfg.rpo.iter().find_map(|&b| plan(f, b, &cfg).and_then(|u| pairs(f, b, &u, &proofs, &m.types)))
+        cfg.rpo.iter().find_map(|&b| plan(f, b, &cfg).and_then(|u| pairs(f, &u, &proofs, &m.types)))
     }
 
     #[test]
