@@ -83,23 +83,8 @@ fn inert_loop(f: &Function, cfg: &ControlFlow, h: Block) -> Option<InertLoop> {
         for &i in &f.blocks[b].insts {
             let d = &f.insts[i];
             let reads_only = match &d.op {
-                Op::FConst(_)
-                | Op::IConst(_)
-                | Op::BConst(_)
-                | Op::FBinary(_)
-                | Op::FUnary(_)
-                | Op::FPowI
-                | Op::FCmp(_)
-                | Op::ICmp(_)
-                | Op::BCmp(_)
-                | Op::Not
-                | Op::IToF
-                | Op::Select
-                | Op::ArrayDim(_)
-                | Op::TupleGet(_)
-                | Op::StructGet(..)
-                | Op::Load
-                | Op::TrustedLoad => true,
+                Op::ArrayDim(_) | Op::TupleGet(_) | Op::StructGet(..) | Op::Load | Op::TrustedLoad => true,
+                op if op.is_scalar_arith() => true,
                 // The counters of a reverse loop step between bounds the forward pass
                 // reached; their arithmetic cannot overflow.
                 Op::IBinary(IBinOp::Add | IBinOp::Sub | IBinOp::Mul) => true,

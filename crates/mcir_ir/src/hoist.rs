@@ -33,21 +33,13 @@ pub fn fold_and_hoist(module: &Module) -> Module {
 }
 
 /// Operations that may run earlier than written: no failure, no memory, no allocation.
+/// (A constant is never moved as such: an operation moves only if it reads a value that
+/// is not a constant, and the constants it reads are made again in front of the loop.)
 fn movable(types: &TypeTable, op: &Op) -> bool {
     match op {
-        Op::FBinary(_)
-        | Op::FUnary(_)
-        | Op::FPowI
-        | Op::FCmp(_)
-        | Op::ICmp(_)
-        | Op::BCmp(_)
-        | Op::Not
-        | Op::IToF
-        | Op::Select
-        | Op::TupleGet(_)
-        | Op::ArrayDim(_) => true,
+        Op::TupleGet(_) | Op::ArrayDim(_) => true,
         Op::StructGet(s, _) => !types.struct_def(*s).mutable,
-        _ => false,
+        _ => op.is_scalar_arith(),
     }
 }
 

@@ -31,24 +31,9 @@ const ROUNDS: usize = 4;
 /// Whether `op` can never fail at run time and needs no memory of its own.
 fn infallible(types: &TypeTable, op: &Op) -> bool {
     match op {
-        Op::FConst(_)
-        | Op::IConst(_)
-        | Op::BConst(_)
-        | Op::FBinary(_)
-        | Op::FUnary(_)
-        | Op::FPowI
-        | Op::FCmp(_)
-        | Op::ICmp(_)
-        | Op::BCmp(_)
-        | Op::Not
-        | Op::IToF
-        | Op::Select
-        | Op::TupleNew
-        | Op::TupleGet(_)
-        | Op::StructGet(..)
-        | Op::ArrayDim(_) => true,
+        Op::TupleNew | Op::TupleGet(_) | Op::StructGet(..) | Op::ArrayDim(_) => true,
         Op::StructNew(s) => !types.struct_def(*s).mutable,
-        _ => false,
+        _ => op.is_scalar_arith(),
     }
 }
 

@@ -536,6 +536,27 @@ impl CmpOp {
 }
 
 impl Op {
+    /// Constants, and arithmetic and comparisons of scalars that cannot fail at run time
+    /// (integer arithmetic, which can overflow, is not among them): no memory, no
+    /// allocation, no effect. What inlining, hoisting and the inert-loop pass build on.
+    pub fn is_scalar_arith(&self) -> bool {
+        matches!(
+            self,
+            Op::FConst(_)
+                | Op::IConst(_)
+                | Op::BConst(_)
+                | Op::FBinary(_)
+                | Op::FUnary(_)
+                | Op::FPowI
+                | Op::FCmp(_)
+                | Op::ICmp(_)
+                | Op::BCmp(_)
+                | Op::Not
+                | Op::IToF
+                | Op::Select
+        )
+    }
+
     /// Whether the op has an effect besides its result (writes memory, prints, calls), so
     /// that it must be kept even when its result is unused. Ops that may fail at run time
     /// are also kept: removing them would remove the error.
