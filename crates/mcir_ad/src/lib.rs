@@ -25,6 +25,7 @@ mod driver;
 mod emit;
 mod forward;
 mod inert;
+mod jacobian;
 pub mod pushforward;
 mod reverse;
 mod rules;
@@ -366,7 +367,7 @@ fn derive_function(
         .map(|(k, _)| stacks[k])
         .collect();
     let fwd_func = dce::remove_dead_code(&inert::drop_records(fw.e.func, &unread)).into_simplified_cfg();
-    Ok((fwd_func, rev_func))
+    Ok(jacobian::store_local_jacobian(&mut module.types, rule, fwd_func, rev_func))
 }
 
 /// Where the forward pass may store a block's tape records by index instead of pushing
