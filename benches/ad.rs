@@ -272,6 +272,72 @@ fn rk4_gradient(p: [f64; 7], steps: usize, grad: &mut [f64; 7]) -> f64 {
     out.0
 }
 
+/// The values of one RK4 step that its reverse pass reads: the four stage states and
+/// the first three stage slopes.
+#[derive(Clone, Copy, Default)]
+struct Rk4Stages {
+    x: [f64; 4],
+    y: [f64; 4],
+    kx: [f64; 3],
+    ky: [f64; 3],
+}
+
+/// The gradient in reverse mode, as one writes it by hand: the forward loop keeps each
+/// step's stage states and slopes, the reverse loop runs each step's adjoint backwards.
+fn rk4_gradient_reverse(p: [f64; 7], steps: usize, grad: &mut [f64; 7]) -> f64 {
+    let [a, b, d, c, x0, y0, h] = p;
+    let f = |x: f64, y: f64| (a * x - b * x * y, d * x * y - c * y);
+    let mut tape = Vec::with_capacity(steps);
+    let (mut x, mut y) = (x0, y0);
+    for _ in 0..steps {
+        let k1 = f(x, y);
+        let (x2, y2) = (x + 0.5 * h * k1.0, y + 0.5 * h * k1.1);
+        let k2 = f(x2, y2);
+        let (x3, y3) = (x + 0.5 * h * k2.0, y + 0.5 * h * k2.1);
+        let k3 = f(x3, y3);
+        let (x4, y4) = (x + h * k3.0, y + h * k3.1);
+        let k4 = f(x4, y4);
+        tape.push(Rk4Stages {
+            x: [x, x2, x3, x4],
+            y: [y, y2, y3, y4],
+            kx: [k1.0, k2.0, k3.0],
+            ky: [k1.1, k2.1, k3.1],
+        });
+        x += h / 6.0 * (k1.0 + 2.0 * k2.0 + 2.0 * k3.0 + k4.0);
+        y += h / 6.0 * (k1.1 + 2.0 * k2.1 + 2.0 * k3.1 + k4.1);
+    }
+    // The adjoint of rhs at (x, y) for slope cotangents (u, v): adds to the parameters'
+    // adjoints, returns the state's.
+    let rhs_adjoint = |x: f64, y: f64, u: f64, v: f64, pb: &mut [f64; 4]| {
+        pb[0] += u * x;
+        pb[1] -= u * x * y;
+        pb[2] += v * x * y;
+        pb[3] -= v * y;
+        (u * (a - b * y) + v * d * y, v * (d * x - c) - u * b * x)
+    };
+    let (mut xb, mut yb) = (2.0, 1.0);
+    let (mut pb, mut hb) = ([0.0; 4], 0.0);
+    for t in tape.iter().rev() {
+        let (sx, sy) = (xb * h / 6.0, yb * h / 6.0);
+        let k4 = f(t.x[3], t.y[3]);
+        hb += (xb * (t.kx[0] + 2.0 * t.kx[1] + 2.0 * t.kx[2] + k4.0)
+            + yb * (t.ky[0] + 2.0 * t.ky[1] + 2.0 * t.ky[2] + k4.1))
+            / 6.0;
+        let (x4b, y4b) = rhs_adjoint(t.x[3], t.y[3], sx, sy, &mut pb);
+        hb += x4b * t.kx[2] + y4b * t.ky[2];
+        let (x3b, y3b) = rhs_adjoint(t.x[2], t.y[2], 2.0 * sx + h * x4b, 2.0 * sy + h * y4b, &mut pb);
+        hb += 0.5 * (x3b * t.kx[1] + y3b * t.ky[1]);
+        let (x2b, y2b) =
+            rhs_adjoint(t.x[1], t.y[1], 2.0 * sx + 0.5 * h * x3b, 2.0 * sy + 0.5 * h * y3b, &mut pb);
+        hb += 0.5 * (x2b * t.kx[0] + y2b * t.ky[0]);
+        let (x1b, y1b) = rhs_adjoint(t.x[0], t.y[0], sx + 0.5 * h * x2b, sy + 0.5 * h * y2b, &mut pb);
+        xb += x4b + x3b + x2b + x1b;
+        yb += y4b + y3b + y2b + y1b;
+    }
+    *grad = [pb[0], pb[1], pb[2], pb[3], xb, yb, hb];
+    2.0 * x + y
+}
+
 fn rk4_inputs() -> ([f64; 7], usize) {
     let j = args_json("rk4");
     let v: Vec<f64> = j.as_array().expect("args")[..7].iter().map(|x| x.as_f64().expect("number")).collect();
@@ -295,6 +361,96 @@ fn rk4_slots(g: &mut [f64; 7]) -> [GradSlot<'_>; 8] {
         GradSlot::F64(g4),
         GradSlot::F64(g5),
         GradSlot::F64(g6),
+        GradSlot::Skip,
+    ]
+}
+
+/// Logistic growth with harvesting, `dx/dt = r x (1 - x/k) - q x² / (1 + x²)`, with RK4;
+/// inputs (r, k, q, x0, h).
+fn logistic_rhs(p: &[f64; 5], x: f64) -> f64 {
+    let [r, k, q, _, _] = *p;
+    r * x * (1.0 - x / k) - q * x * x / (1.0 + x * x)
+}
+
+fn logistic_primal(p: [f64; 5], steps: usize) -> f64 {
+    let h = p[4];
+    let mut x = p[3];
+    for _ in 0..steps {
+        let k1 = logistic_rhs(&p, x);
+        let k2 = logistic_rhs(&p, x + 0.5 * h * k1);
+        let k3 = logistic_rhs(&p, x + 0.5 * h * k2);
+        let k4 = logistic_rhs(&p, x + h * k3);
+        x += h / 6.0 * (k1 + 2.0 * k2 + 2.0 * k3 + k4);
+    }
+    x
+}
+
+/// The gradient in reverse mode, by hand: the forward loop keeps each step's stage
+/// states and slopes, the reverse loop runs each step's adjoint backwards with the
+/// right-hand side's partial derivatives written out.
+fn logistic_gradient(p: [f64; 5], steps: usize, grad: &mut [f64; 5]) -> f64 {
+    let [r, k, q, x0, h] = p;
+    let mut tape = Vec::with_capacity(steps);
+    let mut x = x0;
+    for _ in 0..steps {
+        let k1 = logistic_rhs(&p, x);
+        let x2 = x + 0.5 * h * k1;
+        let k2 = logistic_rhs(&p, x2);
+        let x3 = x + 0.5 * h * k2;
+        let k3 = logistic_rhs(&p, x3);
+        let x4 = x + h * k3;
+        let k4 = logistic_rhs(&p, x4);
+        tape.push(([x, x2, x3, x4], [k1, k2, k3, k4]));
+        x += h / 6.0 * (k1 + 2.0 * k2 + 2.0 * k3 + k4);
+    }
+    // The adjoint of the right-hand side at x for the slope cotangent u.
+    let rhs_adjoint = |x: f64, u: f64, g: &mut [f64; 5]| {
+        let s = 1.0 + x * x;
+        g[0] += u * x * (1.0 - x / k);
+        g[1] += u * r * x * x / (k * k);
+        g[2] -= u * x * x / s;
+        u * (r * (1.0 - 2.0 * x / k) - 2.0 * q * x / (s * s))
+    };
+    let mut xb = 1.0;
+    let mut g = [0.0; 5];
+    for (xs, ks) in tape.iter().rev() {
+        let s = xb * h / 6.0;
+        g[4] += xb * (ks[0] + 2.0 * ks[1] + 2.0 * ks[2] + ks[3]) / 6.0;
+        let x4b = rhs_adjoint(xs[3], s, &mut g);
+        g[4] += x4b * ks[2];
+        let x3b = rhs_adjoint(xs[2], 2.0 * s + h * x4b, &mut g);
+        g[4] += 0.5 * x3b * ks[1];
+        let x2b = rhs_adjoint(xs[1], 2.0 * s + 0.5 * h * x3b, &mut g);
+        g[4] += 0.5 * x2b * ks[0];
+        let x1b = rhs_adjoint(xs[0], s + 0.5 * h * x2b, &mut g);
+        xb += x4b + x3b + x2b + x1b;
+    }
+    g[3] = xb;
+    *grad = g;
+    x
+}
+
+fn logistic_inputs() -> ([f64; 5], usize) {
+    let j = args_json("logistic");
+    let v: Vec<f64> = j.as_array().expect("args")[..5].iter().map(|x| x.as_f64().expect("number")).collect();
+    (std::array::from_fn(|i| v[i]), j[5].as_u64().expect("steps") as usize)
+}
+
+/// The arguments of `logistic.mcir`: the five inputs and the step count.
+fn logistic_args(p: &[f64; 5], steps: usize) -> [Arg<'static>; 6] {
+    let [r, k, q, x, h] = p.map(Arg::F64);
+    [r, k, q, x, h, Arg::I64(steps as i64)]
+}
+
+/// Where the gradient of `logistic.mcir` goes: the five inputs, not the step count.
+fn logistic_slots(g: &mut [f64; 5]) -> [GradSlot<'_>; 6] {
+    let [g0, g1, g2, g3, g4] = g;
+    [
+        GradSlot::F64(g0),
+        GradSlot::F64(g1),
+        GradSlot::F64(g2),
+        GradSlot::F64(g3),
+        GradSlot::F64(g4),
         GradSlot::Skip,
     ]
 }
@@ -347,6 +503,20 @@ fn check_baselines() {
         .expect("gradient");
     close(&[hv], &[v], "rk4");
     close(&hand, &gs, "rk4");
+    let mut hand_reverse = [0.0; 7];
+    let hv = rk4_gradient_reverse(p, steps, &mut hand_reverse);
+    close(&[hv], &[v], "rk4 (reverse)");
+    close(&hand_reverse, &gs, "rk4 (reverse)");
+    let (p, steps) = logistic_inputs();
+    let mut hand = [0.0; 5];
+    let hv = logistic_gradient(p, steps, &mut hand);
+    let mut gs = [0.0; 5];
+    let v = prepared("logistic")
+        .value_and_gradient(&mut logistic_args(&p, steps), &mut logistic_slots(&mut gs))
+        .expect("gradient");
+    close(&[hv], &[v], "logistic");
+    close(&hand, &gs, "logistic");
+    close(&[logistic_primal(p, steps)], &[v], "logistic");
 }
 
 macro_rules! vector_bench {
@@ -562,11 +732,55 @@ mod rk4 {
         b.bench_local(|| rk4_primal(divan::black_box(inputs), steps));
     }
 
+    /// Forward sensitivities: the 7 input directions carried with the state.
+    #[divan::bench]
+    fn rust_gradient_forward(b: Bencher) {
+        let (inputs, steps) = rk4_inputs();
+        let mut g = [0.0; 7];
+        b.bench_local(|| rk4_gradient(divan::black_box(inputs), steps, &mut g));
+    }
+
+    /// Reverse mode: the stage values taped, each step's adjoint run backwards.
     #[divan::bench]
     fn rust_gradient(b: Bencher) {
         let (inputs, steps) = rk4_inputs();
         let mut g = [0.0; 7];
-        b.bench_local(|| rk4_gradient(divan::black_box(inputs), steps, &mut g));
+        b.bench_local(|| rk4_gradient_reverse(divan::black_box(inputs), steps, &mut g));
+    }
+}
+
+mod logistic {
+    use super::*;
+
+    #[divan::bench]
+    fn mcir_primal(b: Bencher) {
+        let mut p = prepared("logistic");
+        let (inputs, steps) = logistic_inputs();
+        b.bench_local(|| p.call(&mut logistic_args(&inputs, steps)).expect("call"));
+    }
+
+    #[divan::bench]
+    fn mcir_gradient(b: Bencher) {
+        let mut p = prepared("logistic");
+        let (inputs, steps) = logistic_inputs();
+        let mut g = [0.0; 5];
+        b.bench_local(|| {
+            p.value_and_gradient(&mut logistic_args(&inputs, steps), &mut logistic_slots(&mut g))
+                .expect("gradient")
+        });
+    }
+
+    #[divan::bench]
+    fn rust_primal(b: Bencher) {
+        let (inputs, steps) = logistic_inputs();
+        b.bench_local(|| logistic_primal(divan::black_box(inputs), steps));
+    }
+
+    #[divan::bench]
+    fn rust_gradient(b: Bencher) {
+        let (inputs, steps) = logistic_inputs();
+        let mut g = [0.0; 5];
+        b.bench_local(|| logistic_gradient(divan::black_box(inputs), steps, &mut g));
     }
 }
 
