@@ -36,6 +36,11 @@ enum Coef {
     Const(f64),
     /// A value of the forward pass.
     Of(Value),
+    /// The negation of a value of the forward pass: kept symbolic, so that the negations
+    /// of an adjoint (`ā -= ȳ · b` is `ā += (-ȳ) · b`) cost nothing until a coefficient
+    /// is stored, where one negation serves the whole chain. Negation is exact, so the
+    /// coefficients are those the negations in place would give.
+    Neg(Value),
 }
 
 const ONE: Coef = Coef::Const(1.0);
@@ -121,13 +126,24 @@ fn jacobian_passes(
             forms[r.index()] = Some(form);
         }
     }
-    // The results: one linear form each.
+    // The results: one linear form each, with every coefficient's sign applied.
     let results: Vec<Vec<Coef>> = match single_value_def(rev, result) {
         Some((Op::TupleNew, items)) => {
             items.iter().map(|v| lin.as_linear(forms[v.index()].as_ref()?, m)).collect::<Option<_>>()?
         }
         _ => vec![lin.as_linear(forms[result.index()].as_ref()?, m)?],
     };
+    let results: Vec<Vec<Coef>> = results
+        .into_iter()
+        .map(|cs| {
+            cs.into_iter()
+                .map(|c| match c {
+                    Coef::Neg(_) => Some(Coef::Of(lin.value(c)?)),
+                    c => Some(c),
+                })
+                .collect::<Option<_>>()
+        })
+        .collect::<Option<_>>()?;
     let stored: Vec<(usize, usize, Value)> = results
         .iter()
         .enumerate()
@@ -183,7 +199,7 @@ fn jacobian_passes(
                 Coef::Const(x) => {
                     Some(new_rev.push_inst(entry, Op::FConst(x), vec![], Some(TypeTable::F64), rspan)?)
                 }
-                Coef::Of(_) => {
+                Coef::Of(_) | Coef::Neg(_) => {
                     next += 1;
                     Some(coef_values[next - 1])
                 }
@@ -359,11 +375,32 @@ impl Lin<'_> {
             Coef::Zero => self.emit(Op::FConst(0.0), vec![], TypeTable::F64),
             Coef::Const(x) => self.emit(Op::FConst(x), vec![], TypeTable::F64),
             Coef::Of(v) => Some(v),
+            Coef::Neg(v) => match single_value_def(self.f, v) {
+                Some((Op::FUnary(FUnOp::Neg), args)) => Some(args[0]),
+                _ => self.emit(Op::FUnary(FUnOp::Neg), vec![v], TypeTable::F64),
+            },
+        }
+    }
+
+    /// A coefficient that is not zero as a value and a sign (true: negated).
+    fn parts(&mut self, c: Coef) -> Option<(Value, bool)> {
+        match c {
+            Coef::Neg(v) => Some((v, true)),
+            c => Some((self.value(c)?, false)),
+        }
+    }
+
+    /// A value of the forward pass, negated if `negated`, as a coefficient.
+    fn signed(v: Value, negated: bool) -> Coef {
+        if negated {
+            Coef::Neg(v)
+        } else {
+            Coef::Of(v)
         }
     }
 
     /// `x op y` on two coefficients neither of which is zero: folded when both are
-    /// constants, else computed by the forward pass.
+    /// constants, else computed by the forward pass, signs kept symbolic.
     fn binary(&mut self, op: FBinOp, x: Coef, y: Coef) -> Option<Coef> {
         if let (Coef::Const(a), Coef::Const(b)) = (x, y) {
             let folded = match op {
@@ -377,8 +414,21 @@ impl Lin<'_> {
                 return Some(Coef::Const(c));
             }
         }
-        let (x, y) = (self.value(x)?, self.value(y)?);
-        Some(Coef::Of(self.emit(Op::FBinary(op), vec![x, y], TypeTable::F64)?))
+        if op == FBinOp::Sub {
+            let ny = self.neg(y)?;
+            return self.binary(FBinOp::Add, x, ny);
+        }
+        let ((a, na), (b, nb)) = (self.parts(x)?, self.parts(y)?);
+        let emit = |l: &mut Self, op: FBinOp, a: Value, b: Value| {
+            l.emit(Op::FBinary(op), vec![a, b], TypeTable::F64)
+        };
+        Some(match (op, na, nb) {
+            (FBinOp::Add, false, false) => Coef::Of(emit(self, FBinOp::Add, a, b)?),
+            (FBinOp::Add, false, true) => Coef::Of(emit(self, FBinOp::Sub, a, b)?),
+            (FBinOp::Add, true, false) => Coef::Of(emit(self, FBinOp::Sub, b, a)?),
+            (FBinOp::Add, true, true) => Coef::Neg(emit(self, FBinOp::Add, a, b)?),
+            _ => Self::signed(emit(self, op, a, b)?, na != nb),
+        })
     }
 
     /// A primal value as a coefficient: a constant when it is one.
@@ -405,14 +455,12 @@ impl Lin<'_> {
     }
 
     fn neg(&mut self, x: Coef) -> Option<Coef> {
-        match x {
-            Coef::Zero => Some(Coef::Zero),
-            Coef::Const(c) => Some(Coef::Const(-c)),
-            Coef::Of(v) => match single_value_def(self.f, v) {
-                Some((Op::FUnary(FUnOp::Neg), args)) => Some(Coef::Of(args[0])),
-                _ => Some(Coef::Of(self.emit(Op::FUnary(FUnOp::Neg), vec![v], TypeTable::F64)?)),
-            },
-        }
+        Some(match x {
+            Coef::Zero => Coef::Zero,
+            Coef::Const(c) => Coef::Const(-c),
+            Coef::Of(v) => Coef::Neg(v),
+            Coef::Neg(v) => Coef::Of(v),
+        })
     }
 
     /// `x · p` for a primal value `p`.
@@ -420,6 +468,10 @@ impl Lin<'_> {
         match x {
             Coef::Zero => Some(Coef::Zero),
             Coef::Const(1.0) => Some(self.primal_coef(p)),
+            Coef::Const(-1.0) => {
+                let c = self.primal_coef(p);
+                self.neg(c)
+            }
             _ => self.binary(FBinOp::Mul, x, self.primal_coef(p)),
         }
     }
