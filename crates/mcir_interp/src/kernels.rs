@@ -45,28 +45,30 @@ pub fn matmul_acc(c: &mut [f64], a: &[f64], ae: (usize, usize), b: &[f64], be: (
     // op(A)[i, p] and op(B)[p, j] through strides.
     let (a_i, a_p) = if t.a { (1, ae.1) } else { (ae.1, 1) };
     let (b_p, b_j) = if t.b { (1, be.1) } else { (be.1, 1) };
-    if !t.b {
-        // Rows of B are contiguous: c[i, :] += op(A)[i, p] * B[p, :].
-        for i in 0..m {
-            let row = &mut c[i * n..(i + 1) * n];
+    // c[i, :] += op(A)[i, p] * op(B)[p, :], with the rows of op(B) contiguous: a
+    // transposed B is copied transposed first (k * n copies against m * k * n products),
+    // so that the inner loop is an update of a row, which vectorises, and not a dot
+    // product, whose chain of additions does not.
+    let transposed_b;
+    let (b, b_p) = if t.b {
+        let mut bt = vec![0.0; k * n];
+        for j in 0..n {
             for p in 0..k {
-                let x = a[i * a_i + p * a_p];
-                let brow = &b[p * b_p..p * b_p + n];
-                for (cj, bj) in row.iter_mut().zip(brow) {
-                    *cj += x * bj;
-                }
+                bt[p * n + j] = b[j * b_j + p];
             }
         }
+        transposed_b = bt;
+        (transposed_b.as_slice(), n)
     } else {
-        // Rows of B (columns of op(B)) are contiguous: c[i, j] += dot(op(A)[i, :], B[j, :]).
-        for i in 0..m {
-            for j in 0..n {
-                let brow = &b[j * b_j..j * b_j + k];
-                let mut s = 0.0;
-                for (p, bp) in brow.iter().enumerate() {
-                    s += a[i * a_i + p * a_p] * bp;
-                }
-                c[i * n + j] += s;
+        (b, b_p)
+    };
+    for i in 0..m {
+        let row = &mut c[i * n..(i + 1) * n];
+        for p in 0..k {
+            let x = a[i * a_i + p * a_p];
+            let brow = &b[p * b_p..p * b_p + n];
+            for (cj, bj) in row.iter_mut().zip(brow) {
+                *cj += x * bj;
             }
         }
     }
