@@ -1488,6 +1488,20 @@ impl<'a> Reverse<'a> {
         Ok(())
     }
 
+    /// `2 g x`, the adjoint `x * x` sends to `x`: the doubling on the scalar cotangent
+    /// when it is one, so that an array's adjoint is one elementwise product. Doubling is
+    /// exact, so this is `g x + g x` bit for bit.
+    fn twice_times(&mut self, g: Value, x: Value) -> Result<Value, AdError> {
+        let fx = self.fwdv(x)?;
+        if self.e.ty(g) == TypeTable::F64 {
+            let g2 = self.e.add(g, g);
+            Ok(self.e.mul(g2, fx))
+        } else {
+            let t = self.e.mul(g, fx);
+            Ok(self.e.add(t, t))
+        }
+    }
+
     fn binary_rule(&mut self, op: FBinOp, x: Value, y: Value, inst: Inst, g: Value) -> Result<(), AdError> {
         let (ax, ay) = (self.is_active(x), self.is_active(y));
         match op {
@@ -1500,6 +1514,13 @@ impl<'a> Reverse<'a> {
                 if ay {
                     let n = self.e.neg(g);
                     self.contribute(y, 0, n);
+                }
+            }
+            FBinOp::Mul if x == y => {
+                // `x * x`: one contribution of `2 g x` instead of `g x` twice.
+                if ax {
+                    let t = self.twice_times(g, x)?;
+                    self.contribute(x, 0, t);
                 }
             }
             FBinOp::Mul => {
@@ -1644,6 +1665,12 @@ impl<'a> Reverse<'a> {
                 if self.wants(y) {
                     let t = if op == FBinOp::Sub { self.e.neg(gs) } else { gs };
                     self.send_to_operand(y, t)?;
+                }
+            }
+            FBinOp::Mul if x == y => {
+                if self.wants(x) {
+                    let t = self.twice_times(gs, x)?;
+                    self.send_to_operand(x, t)?;
                 }
             }
             FBinOp::Mul => {
