@@ -20,14 +20,16 @@ use crate::op::Op;
 use crate::types::TypeTable;
 use std::collections::{HashMap, HashSet};
 
-/// `module` with projections of known aggregates folded and loop invariants hoisted.
+/// `module` with projections of known aggregates folded, loop invariants hoisted and
+/// common subexpressions merged (`crate::cse`).
 pub fn fold_and_hoist(module: &Module) -> Module {
     let mut out = module.clone();
     let ids: Vec<FuncId> = out.funcs.keys().collect();
     for id in ids {
         let f = std::mem::replace(&mut out.funcs[id], Function::new("", &[], None));
         let f = fold_projections(f, &module.types);
-        out.funcs[id] = hoist_invariants(f, &module.types, false);
+        let f = hoist_invariants(f, &module.types, false);
+        out.funcs[id] = crate::cse::eliminate_common_subexpressions(f, &module.types);
     }
     out
 }
@@ -124,7 +126,8 @@ pub fn hoist_in_derived(f: Function, types: &TypeTable) -> Function {
 /// values they were built from, then loop invariants are hoisted as in
 /// [`hoist_in_derived`].
 pub fn fold_and_hoist_derived(f: Function, types: &TypeTable) -> Function {
-    hoist_invariants(fold_projections(f, types), types, true)
+    let f = hoist_invariants(fold_projections(f, types), types, true);
+    crate::cse::eliminate_common_subexpressions(f, types)
 }
 
 fn hoist_invariants(mut f: Function, types: &TypeTable, peeks: bool) -> Function {

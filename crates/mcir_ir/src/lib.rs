@@ -10,6 +10,7 @@ pub mod bounds;
 pub mod builder;
 pub mod cfg;
 pub mod compact;
+pub mod cse;
 pub mod effects;
 pub mod entity;
 pub mod function;

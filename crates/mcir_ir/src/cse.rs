@@ -1,0 +1,196 @@
+//! Common-subexpression elimination: a pure operation (one that cannot fail, reads no
+//! memory and allocates nothing) on the same operands as one in a dominating position is
+//! that one's value. Inlining leaves many (`rk4`'s step computes `0.5 * h` once per
+//! stage), and they matter to derivatives more than to the primal: Cranelift merges them
+//! in the primal's machine code by itself, but each copy a primal keeps is a value the
+//! forward pass may tape and the reverse pass differentiates on its own.
+//!
+//! The walk goes down the dominator tree with the operations seen on the way, so a value
+//! is reused only where it is defined on every path. Equal constants (by their bits:
+//! `0.0` and `-0.0` differ) merge within a block, so that operations on them merge too,
+//! but each block keeps its own: a loop's constants stay beside it. The result is the
+//! same bit for bit: an operation on the same operands gives the same value.
+
+use crate::cfg::ControlFlow;
+use crate::entity::EntityRef;
+use crate::function::*;
+use crate::op::Op;
+use crate::types::TypeTable;
+use std::collections::HashMap;
+
+/// What identifies a pure operation apart from its operands.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct OpKey {
+    kind: std::mem::Discriminant<Op>,
+    payload: u64,
+}
+
+/// The key of `op` if it is pure in the sense above.
+fn key(types: &TypeTable, op: &Op) -> Option<OpKey> {
+    let payload = match op {
+        Op::FConst(x) => x.to_bits(),
+        Op::IConst(x) => *x as u64,
+        Op::BConst(b) => *b as u64,
+        Op::FBinary(o) => *o as u64,
+        Op::FUnary(o) => *o as u64,
+        Op::FCmp(c) | Op::ICmp(c) | Op::BCmp(c) => *c as u64,
+        Op::FPowI | Op::Not | Op::IToF | Op::Select => 0,
+        Op::TupleGet(k) => u64::from(*k),
+        Op::ArrayDim(k) => u64::from(*k),
+        Op::StructGet(s, k) if !types.struct_def(*s).mutable => ((s.index() as u64) << 32) | u64::from(*k),
+        _ => return None,
+    };
+    Some(OpKey { kind: std::mem::discriminant(op), payload })
+}
+
+/// `f` with every pure operation that repeats one dominating it removed, its uses
+/// reading the dominating one's value.
+pub fn eliminate_common_subexpressions(mut f: Function, types: &TypeTable) -> Function {
+    let cfg = ControlFlow::compute(&f);
+    let mut children: Vec<Vec<Block>> = vec![Vec::new(); f.blocks.len()];
+    for &b in &cfg.rpo {
+        if let Some(d) = cfg.idom(b) {
+            if d != b {
+                children[d.index()].push(b);
+            }
+        }
+    }
+    let mut subst: HashMap<Value, Value> = HashMap::new();
+    let mut seen: HashMap<(OpKey, Vec<Value>), Value> = HashMap::new();
+    // Depth-first down the dominator tree; each block's entries leave the table when
+    // the walk leaves the block's subtree.
+    enum Step {
+        Enter(Block),
+        Leave(Vec<(OpKey, Vec<Value>)>),
+    }
+    let mut work = vec![Step::Enter(f.entry())];
+    while let Some(step) = work.pop() {
+        let b = match step {
+            Step::Enter(b) => b,
+            Step::Leave(keys) => {
+                for k in keys {
+                    seen.remove(&k);
+                }
+                continue;
+            }
+        };
+        let mut added = Vec::new();
+        let mut constants: HashMap<OpKey, Value> = HashMap::new();
+        let insts = std::mem::take(&mut f.blocks[b].insts);
+        let mut kept = Vec::with_capacity(insts.len());
+        for i in insts {
+            let args: Vec<Value> = f.insts[i].args.iter().map(|a| *subst.get(a).unwrap_or(a)).collect();
+            f.insts[i].args = args.clone();
+            let (Some(r), Some(k)) = (f.insts[i].result, key(types, &f.insts[i].op)) else {
+                kept.push(i);
+                continue;
+            };
+            if args.is_empty() {
+                // A constant: merged within its block only, so that each block keeps the
+                // constants it uses beside it (where a loop's pattern is recognised).
+                match constants.get(&k) {
+                    Some(&v) => {
+                        subst.insert(r, v);
+                    }
+                    None => {
+                        constants.insert(k, r);
+                        kept.push(i);
+                    }
+                }
+                continue;
+            }
+            match seen.get(&(k, args.clone())) {
+                Some(&v) => {
+                    subst.insert(r, v);
+                }
+                None => {
+                    seen.insert((k, args.clone()), r);
+                    added.push((k, args));
+                    kept.push(i);
+                }
+            }
+        }
+        f.blocks[b].insts = kept;
+        work.push(Step::Leave(added));
+        for &c in children[b.index()].iter().rev() {
+            work.push(Step::Enter(c));
+        }
+    }
+    if subst.is_empty() {
+        return f;
+    }
+    // Uses in terminators, and in blocks the walk reached before a value's replacement
+    // was known (a loop header's parameters flow back from its latch).
+    let resolve = |v: Value| *subst.get(&v).unwrap_or(&v);
+    let blocks: Vec<Block> = f.blocks.keys().collect();
+    for b in blocks {
+        for k in 0..f.blocks[b].insts.len() {
+            let i = f.blocks[b].insts[k];
+            let args: Vec<Value> = f.insts[i].args.iter().map(|&a| resolve(a)).collect();
+            f.insts[i].args = args;
+        }
+        match &mut f.blocks[b].term {
+            Terminator::Jump(call) => call.args.iter_mut().for_each(|a| *a = resolve(*a)),
+            Terminator::Branch { cond, then_dest, else_dest } => {
+                *cond = resolve(*cond);
+                then_dest.args.iter_mut().for_each(|a| *a = resolve(*a));
+                else_dest.args.iter_mut().for_each(|a| *a = resolve(*a));
+            }
+            Terminator::Return(v) => {
+                if let Some(v) = v {
+                    *v = resolve(*v);
+                }
+            }
+        }
+    }
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(ir: &str) -> String {
+        let m = crate::parse_module(ir).expect("parses");
+        let mut out = m.clone();
+        let ids: Vec<FuncId> = out.funcs.keys().collect();
+        for id in ids {
+            out.funcs[id] = eliminate_common_subexpressions(m.funcs[id].clone(), &m.types);
+        }
+        crate::verify_module(&out).expect("verifies");
+        crate::print::print_module(&out)
+    }
+
+    #[test]
+    fn a_repeat_in_a_dominated_block_reads_the_first_and_siblings_keep_theirs() {
+        let text = run("fn @f(%h_0: f64, %c_1: bool) -> f64 {
+bb0:
+    %2: f64 = fconst 0.5
+    %3: f64 = fmul %2, %h_0
+    %4: f64 = fconst 0.5
+    %5: f64 = fmul %4, %h_0
+    %6: f64 = fadd %3, %5
+    br %c_1, bb1, bb2
+bb1:
+    %7: f64 = fconst 0.5
+    %8: f64 = fmul %2, %h_0
+    %9: f64 = fsub %h_0, %6
+    ret %9
+bb2:
+    %10: f64 = fsub %h_0, %6
+    ret %10
+}
+");
+        // Within the entry block, the second constant and product are the first ones.
+        let entry = text.split("bb1:").next().unwrap_or("");
+        assert_eq!(entry.matches("fconst 0.5").count(), 1, "{text}");
+        assert_eq!(entry.matches("fmul").count(), 1, "{text}");
+        assert!(entry.contains("fadd %3, %3"), "{text}");
+        // bb1's product repeats the entry's and goes; its constant stays (constants are
+        // merged within a block only); bb1 and bb2 each keep their own subtraction.
+        let bb1 = text.split("bb1:").nth(1).and_then(|t| t.split("bb2:").next()).unwrap_or("");
+        assert!(!bb1.contains("fmul"), "{text}");
+        assert!(bb1.contains("fconst 0.5"), "{text}");
+        assert_eq!(text.matches("fsub %h_0, %4").count(), 2, "{text}");
+    }
+}
