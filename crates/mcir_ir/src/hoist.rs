@@ -58,6 +58,12 @@ fn fold_projections(mut f: Function, types: &TypeTable) -> Function {
         for &i in &f.blocks[b].insts {
             let d = &f.insts[i];
             let (Some(r), Some(&agg)) = (d.result, d.args.first()) else { continue };
+            // The aggregate may itself be a projection folded above (`(t.0).1` of a tuple
+            // of tuples, as an inlined pass returns its result inside `(result, tape)`).
+            let mut agg = agg;
+            while let Some(&n) = subst.get(&agg) {
+                agg = n;
+            }
             let ValueDef::Inst(src) = f.values[agg].def else { continue };
             let s = &f.insts[src];
             let item = match (&d.op, &s.op) {
@@ -241,5 +247,20 @@ bb3:
         assert!(text.split("bb1").next().unwrap_or("").contains("fdiv"), "{text}");
         assert!(!text.contains("tuple.get"), "{text}");
         assert!(text.contains("fadd %s_"), "{text}");
+    }
+
+    #[test]
+    fn a_projection_of_a_folded_projection_folds() {
+        // An inlined pass returns `(result, tape)` with its result a tuple itself.
+        let text = run("fn @f(%a_0: f64, %b_1: f64) -> f64 {
+bb0:
+    %2: (f64, f64) = tuple.new %a_0, %b_1
+    %3: ((f64, f64), f64) = tuple.new %2, %a_0
+    %4: (f64, f64) = tuple.get 0 %3
+    %5: f64 = tuple.get 1 %4
+    ret %5
+}
+");
+        assert!(text.contains("ret %b_1"), "{text}");
     }
 }
