@@ -9,7 +9,7 @@
 //! that is not, `-(a) + -(b)` as `-(a + b)`, differs only in the sign of an exact zero
 //! sum, which no derivative depends on.
 
-use mcir_ir::{FBinOp, FUnOp, Function, InstData, Op, Terminator, TypeTable, Value, ValueData, ValueDef};
+use mcir_ir::{FBinOp, FUnOp, Function, InstData, Op, TypeTable, Value, ValueData, ValueDef};
 use std::collections::HashMap;
 
 /// `f` with its negations pushed into the products, quotients and sums that use them.
@@ -105,26 +105,6 @@ pub(crate) fn sink_negations(mut f: Function) -> Function {
         }
         v
     };
-    let blocks: Vec<_> = f.blocks.keys().collect();
-    for b in blocks {
-        for k in 0..f.blocks[b].insts.len() {
-            let i = f.blocks[b].insts[k];
-            let args: Vec<Value> = f.insts[i].args.iter().map(|&a| resolve(a)).collect();
-            f.insts[i].args = args;
-        }
-        match &mut f.blocks[b].term {
-            Terminator::Jump(call) => call.args.iter_mut().for_each(|a| *a = resolve(*a)),
-            Terminator::Branch { cond, then_dest, else_dest } => {
-                *cond = resolve(*cond);
-                then_dest.args.iter_mut().for_each(|a| *a = resolve(*a));
-                else_dest.args.iter_mut().for_each(|a| *a = resolve(*a));
-            }
-            Terminator::Return(v) => {
-                if let Some(v) = v {
-                    *v = resolve(*v);
-                }
-            }
-        }
-    }
+    f.map_uses(resolve);
     f
 }

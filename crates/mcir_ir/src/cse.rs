@@ -122,27 +122,7 @@ pub fn eliminate_common_subexpressions(mut f: Function, types: &TypeTable) -> Fu
     // Uses in terminators, and in blocks the walk reached before a value's replacement
     // was known (a loop header's parameters flow back from its latch).
     let resolve = |v: Value| *subst.get(&v).unwrap_or(&v);
-    let blocks: Vec<Block> = f.blocks.keys().collect();
-    for b in blocks {
-        for k in 0..f.blocks[b].insts.len() {
-            let i = f.blocks[b].insts[k];
-            let args: Vec<Value> = f.insts[i].args.iter().map(|&a| resolve(a)).collect();
-            f.insts[i].args = args;
-        }
-        match &mut f.blocks[b].term {
-            Terminator::Jump(call) => call.args.iter_mut().for_each(|a| *a = resolve(*a)),
-            Terminator::Branch { cond, then_dest, else_dest } => {
-                *cond = resolve(*cond);
-                then_dest.args.iter_mut().for_each(|a| *a = resolve(*a));
-                else_dest.args.iter_mut().for_each(|a| *a = resolve(*a));
-            }
-            Terminator::Return(v) => {
-                if let Some(v) = v {
-                    *v = resolve(*v);
-                }
-            }
-        }
-    }
+    f.map_uses(resolve);
     f
 }
 

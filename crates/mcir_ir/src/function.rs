@@ -178,6 +178,25 @@ impl Function {
     pub fn value_type(&self, v: Value) -> TypeId {
         self.values[v].ty
     }
+
+    /// Every use of a value, by instructions and terminators, reads `map(value)` instead:
+    /// what a pass that found values equal to others does once it knows them all.
+    pub fn map_uses(&mut self, map: impl Fn(Value) -> Value) {
+        for i in self.insts.keys() {
+            self.insts[i].args.iter_mut().for_each(|a| *a = map(*a));
+        }
+        for b in self.blocks.keys() {
+            match &mut self.blocks[b].term {
+                Terminator::Jump(t) => t.args.iter_mut().for_each(|a| *a = map(*a)),
+                Terminator::Branch { cond, then_dest, else_dest } => {
+                    *cond = map(*cond);
+                    then_dest.args.iter_mut().for_each(|a| *a = map(*a));
+                    else_dest.args.iter_mut().for_each(|a| *a = map(*a));
+                }
+                Terminator::Return(v) => v.iter_mut().for_each(|a| *a = map(*a)),
+            }
+        }
+    }
 }
 
 /// A whole program: its types and functions.

@@ -88,26 +88,8 @@ fn fold_projections(mut f: Function, types: &TypeTable) -> Function {
         }
         v
     };
+    f.map_uses(resolve);
     for &b in &blocks {
-        let insts = f.blocks[b].insts.clone();
-        for i in insts {
-            let args: Vec<Value> = f.insts[i].args.iter().map(|&a| resolve(a)).collect();
-            f.insts[i].args = args;
-        }
-        let term = &mut f.blocks[b].term;
-        match term {
-            Terminator::Jump(c) => c.args.iter_mut().for_each(|a| *a = resolve(*a)),
-            Terminator::Branch { cond, then_dest, else_dest } => {
-                *cond = resolve(*cond);
-                then_dest.args.iter_mut().for_each(|a| *a = resolve(*a));
-                else_dest.args.iter_mut().for_each(|a| *a = resolve(*a));
-            }
-            Terminator::Return(v) => {
-                if let Some(v) = v {
-                    *v = resolve(*v);
-                }
-            }
-        }
         // The folded projections have no readers left.
         let folded: Vec<Inst> = f.blocks[b].insts.clone();
         f.blocks[b].insts = folded

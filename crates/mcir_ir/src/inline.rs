@@ -177,26 +177,7 @@ fn inline_into(mut f: Function, module: &Module, can: &[bool]) -> Function {
         }
         v
     };
-    for &b in &blocks {
-        for k in 0..f.blocks[b].insts.len() {
-            let i = f.blocks[b].insts[k];
-            let args: Vec<Value> = f.insts[i].args.iter().map(|&a| resolve(a)).collect();
-            f.insts[i].args = args;
-        }
-        match &mut f.blocks[b].term {
-            Terminator::Jump(c) => c.args.iter_mut().for_each(|a| *a = resolve(*a)),
-            Terminator::Branch { cond, then_dest, else_dest } => {
-                *cond = resolve(*cond);
-                then_dest.args.iter_mut().for_each(|a| *a = resolve(*a));
-                else_dest.args.iter_mut().for_each(|a| *a = resolve(*a));
-            }
-            Terminator::Return(v) => {
-                if let Some(v) = v {
-                    *v = resolve(*v);
-                }
-            }
-        }
-    }
+    f.map_uses(resolve);
     // Drop the replaced calls and their results.
     f.into_rebuilt(&blocks)
 }

@@ -141,20 +141,5 @@ fn merge_chains(f: &mut Function) {
         }
         v
     };
-    for i in f.insts.keys().collect::<Vec<_>>() {
-        for a in f.insts[i].args.iter_mut() {
-            *a = resolve(*a);
-        }
-    }
-    for b in f.blocks.keys().collect::<Vec<_>>() {
-        match &mut f.blocks[b].term {
-            Terminator::Jump(t) => t.args.iter_mut().for_each(|a| *a = resolve(*a)),
-            Terminator::Branch { cond, then_dest, else_dest } => {
-                *cond = resolve(*cond);
-                then_dest.args.iter_mut().for_each(|a| *a = resolve(*a));
-                else_dest.args.iter_mut().for_each(|a| *a = resolve(*a));
-            }
-            Terminator::Return(v) => v.iter_mut().for_each(|a| *a = resolve(*a)),
-        }
-    }
+    f.map_uses(resolve);
 }
