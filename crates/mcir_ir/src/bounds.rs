@@ -75,9 +75,18 @@ fn non_negative(f: &Function, cfg: &ControlFlow) -> Vec<NonNegative> {
     out
 }
 
-/// The counted loops of `f`: a header parameter that starts at a constant ≥ 0, grows
-/// by 1 along the back edge, and is tested `p < bound` by the header's branch.
+/// The counted loops of `f`: a header parameter that starts at a value known to be
+/// ≥ 0, grows by 1 along the back edge, and is tested `p < bound` by the header's
+/// branch. A start is known when it is a constant, or, in a second round, when the
+/// ranges the first round's loops give show it non-negative (`j + 1` for an outer
+/// counter `j`, as in `for r in j + 1..d`).
 fn facts(f: &Function, cfg: &ControlFlow) -> Vec<Fact> {
+    let first = loop_facts(f, cfg, None);
+    let ranges = Ranges::compute(f, cfg, &first);
+    loop_facts(f, cfg, Some(&ranges))
+}
+
+fn loop_facts(f: &Function, cfg: &ControlFlow, ranges: Option<&Ranges>) -> Vec<Fact> {
     let mut out = Vec::new();
     for (h, data) in f.blocks.iter() {
         let Terminator::Branch { cond, then_dest, .. } = &data.term else { continue };
@@ -98,9 +107,17 @@ fn facts(f: &Function, cfg: &ControlFlow) -> Vec<Fact> {
                         && ((d.args[0] == *p && const_of(f, d.args[1]) == Some(1))
                             || (d.args[1] == *p && const_of(f, d.args[0]) == Some(1)))
                 });
-                let first = const_of(f, arg).filter(|&c| c >= 0);
-                if let Some(c) = first {
-                    start = (start.0.min(c), start.1.max(c));
+                let first = match (const_of(f, arg), ranges) {
+                    (Some(c), _) => Some((c, c)),
+                    (None, Some(r)) if !is_step => {
+                        let range = r.at(arg, pred, 0);
+                        (range.lo >= 0 && range.fits()).then_some((range.lo as i64, range.hi as i64))
+                    }
+                    _ => None,
+                }
+                .filter(|&(lo, _)| lo >= 0);
+                if let Some((lo, hi)) = first {
+                    start = (start.0.min(lo), start.1.max(hi));
                 }
                 ok &= is_step || first.is_some();
             }
@@ -434,6 +451,52 @@ bb5:
 ";
         // Everything but the accumulation `%17`, whose range is not known.
         assert_eq!(no_overflow(ir), vec![9, 11, 12, 15, 16, 18, 20]);
+    }
+
+    #[test]
+    fn a_counter_starting_past_an_outer_counter_is_in_bounds() {
+        // for j in 0..len(a) { for r in j + 1..len(a) { a[r] } }: r starts at j + 1,
+        // which the outer loop shows is at least 1; a start that may be negative
+        // (`j - 1`) proves nothing.
+        let ir = |start: &str| {
+            format!(
+                "fn @f(%a_0: f64[]) -> f64 {{
+bb0:
+    %1: i64 = iconst 0
+    %2: i64 = array.dim 0 %a_0
+    %3: f64 = fconst 0.0
+    jump bb1(%1, %3)
+bb1(%j_4: i64, %s_5: f64):
+    %6: bool = icmp lt %j_4, %2
+    br %6, bb3, bb2
+bb2:
+    ret %s_5
+bb3:
+    %7: i64 = iconst 1
+    %8: i64 = {start} %j_4, %7
+    jump bb4(%8, %s_5)
+bb4(%r_9: i64, %s_10: f64):
+    %11: bool = icmp lt %r_9, %2
+    br %11, bb6, bb5
+bb5:
+    %12: i64 = iadd %j_4, %7
+    jump bb1(%12, %s_10)
+bb6:
+    %13: f64 = load %a_0[%r_9]
+    %14: f64 = fadd %s_10, %13
+    %15: i64 = iadd %r_9, %7
+    jump bb4(%15, %14)
+}}
+"
+            )
+        };
+        let trusted = |start: &str| {
+            let m = crate::parse_module(&ir(start)).expect("parses");
+            let (_, f) = m.funcs.iter().next().expect("a function");
+            f.clone().trust_proven_indices()
+        };
+        assert_eq!(trusted("iadd"), 1);
+        assert_eq!(trusted("isub"), 0);
     }
 
     #[test]
