@@ -37,13 +37,17 @@ pub(crate) struct Forward {
 /// The arrays a function makes (`fill`, `zeros`, `zeros_like`, literals, copies) whose
 /// overwrites need not be undone by its reverse pass. Every use of such an array in the
 /// function is a load or a write of an element, its extent, or returning it, and no
-/// write can follow a load (no store is reachable from a load without making the array
-/// anew: one made in a loop is a new array on every iteration). The reverse pass reads
-/// the array's elements only where it reloads what a load read; as nothing is written
-/// after any load, the array then holds what every load saw, so the reverse of a write
-/// need not restore the old element and the forward pass need not keep it. Nothing
-/// before the allocation could read the array, and a caller that reads a returned array
-/// reverses those reads before this reverse pass runs.
+/// write can follow a load whose value the reverse pass may read (no store is reachable
+/// from such a load without making the array anew: one made in a loop is a new array on
+/// every iteration). The reverse pass reads the array's elements only where it reloads
+/// what a load read, and only for a load whose value some adjoint needs; as nothing is
+/// written after any such load, the array then holds what every such load saw, so the
+/// reverse of a write need not restore the old element and the forward pass need not
+/// keep it. A load whose value only flows through sums into stores, as in `y[r] += a`,
+/// is never reloaded (see [`value_unread_by_reverse`]), so an accumulation into a fresh
+/// array keeps nothing. Nothing before the allocation could read the array, and a
+/// caller that reads a returned array reverses those reads before this reverse pass
+/// runs.
 pub(crate) fn unrestored_arrays(primal: &Function) -> std::collections::HashSet<Value> {
     let mut out: std::collections::HashSet<Value> = std::collections::HashSet::new();
     for (_, data) in primal.blocks.iter() {
@@ -76,36 +80,91 @@ pub(crate) fn unrestored_arrays(primal: &Function) -> std::collections::HashSet<
             }
         }
     }
-    out.retain(|&array| !store_follows_load(primal, array));
+    let users = users_of(primal);
+    out.retain(|&array| !store_follows_load(primal, &users, array));
     out
 }
 
-/// Whether a store into `array` can run after a load from it: later in the block of a
-/// load, or in a block reachable from that block (itself included, around a loop)
-/// without running the allocation again. An array made inside a loop is a new array on
-/// each iteration: what an iteration writes after the last one read is another array.
-fn store_follows_load(primal: &Function, array: Value) -> bool {
+/// For each value, the instructions that use it and whether a terminator does.
+struct Users {
+    insts: Vec<Vec<mcir_ir::Inst>>,
+    in_terminator: Vec<bool>,
+}
+
+fn users_of(f: &Function) -> Users {
+    let mut users =
+        Users { insts: vec![Vec::new(); f.values.len()], in_terminator: vec![false; f.values.len()] };
+    for (_, data) in f.blocks.iter() {
+        for &i in &data.insts {
+            for a in &f.insts[i].args {
+                users.insts[a.index()].push(i);
+            }
+        }
+        for a in data.term.uses() {
+            users.in_terminator[a.index()] = true;
+        }
+    }
+    users
+}
+
+/// Whether no adjoint can need `v`'s value: every use of it is the stored value of a
+/// store, or an operand of an `f64` sum, difference or negation whose result is itself
+/// unread. The adjoints of these operations read no operand, so the reverse pass
+/// neither reloads `v` nor recomputes anything from it. Anything else, a terminator's
+/// use included (a loop's carried value), counts as read.
+fn value_unread_by_reverse(f: &Function, users: &Users, v: Value, depth: u32) -> bool {
+    if depth == 0 || users.in_terminator[v.index()] || f.value_type(v) != mcir_ir::TypeTable::F64 {
+        return false;
+    }
+    users.insts[v.index()].iter().all(|&u| {
+        let d = &f.insts[u];
+        match d.op {
+            Op::Store | Op::TrustedStore => {
+                d.args.last() == Some(&v) && d.args[..d.args.len() - 1].iter().all(|&a| a != v)
+            }
+            Op::FBinary(mcir_ir::FBinOp::Add | mcir_ir::FBinOp::Sub) | Op::FUnary(mcir_ir::FUnOp::Neg) => {
+                d.result.is_some_and(|r| value_unread_by_reverse(f, users, r, depth - 1))
+            }
+            _ => false,
+        }
+    })
+}
+
+/// Whether a store into `array` can run after a load from it whose value the reverse
+/// pass may read: later in the block of such a load, or in a block reachable from that
+/// block (itself included, around a loop) without running the allocation again. An
+/// array made inside a loop is a new array on each iteration: what an iteration writes
+/// after the last one read is another array.
+fn store_follows_load(primal: &Function, users: &Users, array: Value) -> bool {
     let made_in = primal
         .blocks
         .iter()
         .find_map(|(b, data)| data.insts.iter().any(|&i| primal.insts[i].result == Some(array)).then_some(b));
+    // Each access to `array` in block `b`, in order: `Some(true)` a store, `Some(false)`
+    // a load the reverse pass may read, `None` a load it never reads.
     let accesses = |b: Block| {
         primal.blocks[b].insts.iter().filter_map(move |&i| {
             let d = &primal.insts[i];
             let store = matches!(d.op, Op::Store | Op::TrustedStore);
             let load = matches!(d.op, Op::Load | Op::TrustedLoad);
-            ((store || load) && d.args.first() == Some(&array)).then_some(store)
+            if !(store || load) || d.args.first() != Some(&array) {
+                return None;
+            }
+            let unread =
+                load && d.result.is_some_and(|r| value_unread_by_reverse(primal, users, r, UNREAD_DEPTH));
+            Some((!unread).then_some(store))
         })
     };
     let mut seen = vec![false; primal.blocks.len()];
     let mut work: Vec<Block> = Vec::new();
     for (b, data) in primal.blocks.iter() {
         let mut loaded = false;
-        for store in accesses(b) {
-            if store && loaded {
-                return true;
+        for access in accesses(b) {
+            match access {
+                Some(true) if loaded => return true,
+                Some(false) => loaded = true,
+                _ => {}
             }
-            loaded |= !store;
         }
         if loaded {
             work.extend(data.term.successors().map(|c| c.block));
@@ -115,13 +174,17 @@ fn store_follows_load(primal: &Function, array: Value) -> bool {
         if std::mem::replace(&mut seen[b.index()], true) || Some(b) == made_in {
             continue;
         }
-        if accesses(b).any(|store| store) {
+        if accesses(b).any(|a| a == Some(true)) {
             return true;
         }
         work.extend(primal.blocks[b].term.successors().map(|c| c.block));
     }
     false
 }
+
+/// How far [`value_unread_by_reverse`] follows sums before it gives up (and counts the
+/// value as read).
+const UNREAD_DEPTH: u32 = 8;
 
 /// Names a shadow after its primal value: `dx` for `x`.
 pub(crate) fn shadow_name(name: &Option<String>) -> Option<String> {
