@@ -432,7 +432,14 @@ impl<'a> Reverse<'a> {
         if self.fw_entry_values.contains(&fv) {
             return Some(self.get(fv));
         }
-        self.recompute(fv, depth)
+        if let Some(v) = self.recompute(fv, depth) {
+            return Some(v);
+        }
+        // A value of an enclosing loop's iteration (`col[j]` in `for r in .. { col[j] + r }`)
+        // is taped once per iteration of that loop and read here without popping, so
+        // that what is computed from it is recomputed instead of taped per iteration.
+        let def = self.fw_def_block(fv)?;
+        (self.depth_of(def) < self.depth_of(self.cur)).then(|| self.get(fv))
     }
 
     /// The primal block whose forward block defines `fv`.
