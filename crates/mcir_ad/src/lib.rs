@@ -355,14 +355,17 @@ fn derive_function(
         let t = fw.e.val(mcir_ir::Op::TupleNew, items, rule.fwd_ret);
         fw.e.func.set_terminator(fb, mcir_ir::Terminator::Return(Some(t)), primal.blocks[r].term_span);
     }
-    let rev_func = dce::remove_dead_code(&mcir_ir::cse::eliminate_common_subexpressions(
-        signs::sink_negations(mcir_ir::hoist::hoist_in_derived(
-            dce::remove_dead_code(&inert::bypass_inert_loops(
-                dce::remove_dead_code(&rev).into_simplified_cfg(),
+    let rev_func = dce::remove_dead_code(&mcir_ir::memory::forward_elements(
+        mcir_ir::cse::eliminate_common_subexpressions(
+            signs::sink_negations(mcir_ir::hoist::hoist_in_derived(
+                dce::remove_dead_code(&inert::bypass_inert_loops(
+                    dce::remove_dead_code(&rev).into_simplified_cfg(),
+                )),
+                &module.types,
             )),
             &module.types,
-        )),
-        &module.types,
+        ),
+        true,
     ));
     // Records on stacks the reverse pass no longer reads are not made.
     let read = inert::tape_fields_read(&rev_func, rule.tape_sid);

@@ -17,6 +17,7 @@ pub mod function;
 pub mod hoist;
 pub mod inline;
 pub mod math;
+pub mod memory;
 pub mod op;
 pub mod parse;
 pub mod print;

@@ -1,0 +1,301 @@
+//! Array elements forwarded within a block: a load of an element the block has just
+//! stored or loaded is that value, a store of the value an element already holds is
+//! dropped, and a store overwritten before anything could read it is dropped.
+//!
+//! Reverse passes are where this pays. The adjoint of `y[r] = t` reads `ȳ[r]` and
+//! zeroes it, and the adjoint of the load `t = y[r]` that fed it adds to `ȳ[r]` again:
+//! `a = ȳ[r]; ȳ[r] = 0; ȳ[r] = ȳ[r] + a` is `ȳ[r]` left as it was, three memory
+//! accesses and an addition for nothing. With the zero forwarded and `0 + a` folded
+//! (an adjoint's sign of zero does not matter; see [`forward_elements`]), the second
+//! store writes back the value loaded, and the first one is overwritten unread.
+//!
+//! Elements are identified by the array value and the index values, so two accesses
+//! are to the same element when they use the same SSA values. Any store may write an
+//! element of any other array of the same type (two array values may be one array), so
+//! it forgets what is known of those; an operation that writes arrays some other way
+//! (a call, a kernel, an arena release) forgets everything. A store is dropped as
+//! overwritten only when it is trusted (it checks nothing), so no bounds error is lost.
+
+use crate::function::*;
+use crate::op::{FBinOp, Op};
+use std::collections::HashMap;
+
+/// What an operation does to array elements.
+enum Access {
+    /// Nothing.
+    None,
+    Load,
+    Store,
+    /// Reads elements of arrays it is given (a kernel, an array copy).
+    Reads,
+    /// May write elements of any array (a call, an in-place kernel).
+    Writes,
+}
+
+fn access(op: &Op) -> Access {
+    match op {
+        Op::FConst(_)
+        | Op::IConst(_)
+        | Op::BConst(_)
+        | Op::FBinary(_)
+        | Op::FUnary(_)
+        | Op::FPowI
+        | Op::IBinary(_)
+        | Op::IUnary(_)
+        | Op::FCmp(_)
+        | Op::ICmp(_)
+        | Op::BCmp(_)
+        | Op::Not
+        | Op::IToF
+        | Op::FToI
+        | Op::ArrayFill
+        | Op::ArrayLit(_)
+        | Op::ArrayDim(_)
+        | Op::ZerosLike
+        | Op::RefNew
+        | Op::RefLoad
+        | Op::RefStore
+        | Op::TupleNew
+        | Op::TupleGet(_)
+        | Op::StructNew(_)
+        | Op::StructGet(..)
+        | Op::MutLoad(..)
+        | Op::MutStore(..)
+        | Op::Select
+        | Op::StackNew
+        | Op::StackPush
+        | Op::StackPop
+        | Op::StackPeek
+        | Op::StackReserve
+        | Op::StackPut
+        | Op::ArenaMark => Access::None,
+        Op::Load | Op::TrustedLoad => Access::Load,
+        Op::Store | Op::TrustedStore => Access::Store,
+        Op::ArrayCopy
+        | Op::Sum
+        | Op::Dot
+        | Op::MapFBinary(_)
+        | Op::MapIBinary(_)
+        | Op::MapFUnary(_)
+        | Op::MapFPowI
+        | Op::MatMul(_)
+        | Op::MatVec(_)
+        | Op::Transpose
+        | Op::Print => Access::Reads,
+        Op::CopyInto
+        | Op::MatMulAcc(_)
+        | Op::MatVecAcc(_)
+        | Op::OuterAcc
+        | Op::AddInto
+        | Op::Axpy
+        | Op::MoveAdd
+        | Op::Call(_)
+        | Op::ArenaRelease => Access::Writes,
+    }
+}
+
+/// An element: the array and its indices.
+type Element = Vec<Value>;
+
+/// `f` with array elements forwarded within each block (see the module docs). With
+/// `adjoint`, the function computes derivatives, whose zeros carry no sign that
+/// matters, and `x + 0.0` and `0.0 + x` are `x` (for `x = -0.0` IEEE gives `+0.0`);
+/// otherwise only the exact `x + -0.0` and `x - 0.0` fold.
+pub fn forward_elements(mut f: Function, adjoint: bool) -> Function {
+    // Each pass can expose more (a dropped overwritten store leaves a store of the value
+    // loaded before it); two or three reach the fixpoint in practice.
+    for _ in 0..4 {
+        if !forward_once(&mut f, adjoint) {
+            break;
+        }
+    }
+    f
+}
+
+fn forward_once(f: &mut Function, adjoint: bool) -> bool {
+    let mut subst: HashMap<Value, Value> = HashMap::new();
+    let mut changed = false;
+    let blocks: Vec<Block> = f.blocks.keys().collect();
+    for b in blocks {
+        let insts = std::mem::take(&mut f.blocks[b].insts);
+        let mut kept: Vec<Inst> = Vec::with_capacity(insts.len());
+        let mut dropped: Vec<Inst> = Vec::new();
+        // What each element known in this block holds.
+        let mut known: HashMap<Element, Value> = HashMap::new();
+        // Stores nothing may have read since they ran, by element.
+        let mut unread: HashMap<Element, Inst> = HashMap::new();
+        for i in insts {
+            let args: Vec<Value> = f.insts[i].args.iter().map(|a| *subst.get(a).unwrap_or(a)).collect();
+            f.insts[i].args = args.clone();
+            if let (Some(r), Some(x)) = (f.insts[i].result, plus_zero(f, &f.insts[i].op, &args, adjoint)) {
+                subst.insert(r, x);
+                changed = true;
+                continue;
+            }
+            match access(&f.insts[i].op) {
+                Access::None => {}
+                Access::Load => {
+                    let element: Element = args.clone();
+                    if let (Some(r), Some(&v)) = (f.insts[i].result, known.get(&element)) {
+                        subst.insert(r, v);
+                        changed = true;
+                        continue;
+                    }
+                    let ty = f.value_type(args[0]);
+                    unread.retain(|e, _| f.value_type(e[0]) != ty);
+                    if let Some(r) = f.insts[i].result {
+                        known.insert(element, r);
+                    }
+                }
+                Access::Store => {
+                    let (element, value) = (args[..args.len() - 1].to_vec(), args[args.len() - 1]);
+                    if known.get(&element) == Some(&value) {
+                        changed = true;
+                        continue;
+                    }
+                    if let Some(earlier) = unread.remove(&element) {
+                        if f.insts[earlier].op == Op::TrustedStore {
+                            dropped.push(earlier);
+                            changed = true;
+                        }
+                    }
+                    let ty = f.value_type(args[0]);
+                    known.retain(|e, _| f.value_type(e[0]) != ty);
+                    known.insert(element.clone(), value);
+                    unread.insert(element, i);
+                }
+                Access::Reads => unread.clear(),
+                Access::Writes => {
+                    unread.clear();
+                    known.clear();
+                }
+            }
+            kept.push(i);
+        }
+        kept.retain(|i| !dropped.contains(i));
+        f.blocks[b].insts = kept;
+    }
+    if !subst.is_empty() {
+        // Uses in terminators and in blocks visited before the replacement was known.
+        let resolve = |mut v: Value| {
+            while let Some(&w) = subst.get(&v) {
+                v = w;
+            }
+            v
+        };
+        f.map_uses(resolve);
+    }
+    changed
+}
+
+/// The operand that `x + 0`, `0 + x` or `x - 0` is, when the op is one of those (see
+/// [`forward_elements`] for which zeros count).
+fn plus_zero(f: &Function, op: &Op, args: &[Value], adjoint: bool) -> Option<Value> {
+    let zero = |v: Value| match f.values[v].def {
+        ValueDef::Inst(i) => match f.insts[i].op {
+            Op::FConst(c) if c == 0.0 => Some(c.is_sign_negative()),
+            _ => None,
+        },
+        ValueDef::Param(..) => None,
+    };
+    match (op, args) {
+        (Op::FBinary(FBinOp::Add), [a, b]) => match (zero(*a), zero(*b)) {
+            (_, Some(negative)) if adjoint || negative => Some(*a),
+            (Some(negative), _) if adjoint || negative => Some(*b),
+            _ => None,
+        },
+        (Op::FBinary(FBinOp::Sub), [a, b]) => match zero(*b) {
+            Some(false) => Some(*a),
+            Some(true) if adjoint => Some(*a),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(ir: &str, adjoint: bool) -> String {
+        let m = crate::parse_module(ir).expect("parses");
+        let mut out = m.clone();
+        let ids: Vec<FuncId> = out.funcs.keys().collect();
+        for id in ids {
+            out.funcs[id] = forward_elements(m.funcs[id].clone(), adjoint);
+        }
+        crate::verify_module(&out).expect("verifies");
+        crate::print::print_module(&out)
+    }
+
+    #[test]
+    fn an_adjoint_zeroed_then_restored_is_left_alone() {
+        let out = run(
+            "fn @f(%dy_0: f64[], %r_1: i64, %dx_2: f64[]) {
+bb0:
+    %3: f64 = load.trusted %dy_0[%r_1]
+    %4: f64 = fconst 0.0
+    store.trusted %dy_0[%r_1], %4
+    %5: f64 = load.trusted %dy_0[%r_1]
+    %6: f64 = fadd %5, %3
+    store.trusted %dy_0[%r_1], %6
+    %7: f64 = load.trusted %dx_2[%r_1]
+    %8: f64 = fadd %7, %3
+    store.trusted %dx_2[%r_1], %8
+    ret
+}",
+            true,
+        );
+        // Only the read of ȳ[r] and the update of x̄[r] are left.
+        assert_eq!(out.matches("store").count(), 1, "{out}");
+        assert_eq!(out.matches("load").count(), 2, "{out}");
+        assert!(out.contains("store.trusted %dx_2[%r_1]"), "{out}");
+    }
+
+    #[test]
+    fn a_store_to_another_array_of_the_type_forgets_the_element() {
+        // `b` may be `a`: the second load must read memory again.
+        let out = run(
+            "fn @f(%a_0: f64[], %b_1: f64[], %i_2: i64, %j_3: i64) -> f64 {
+bb0:
+    %4: f64 = load %a_0[%i_2]
+    %5: f64 = fconst 1.0
+    store %b_1[%j_3], %5
+    %6: f64 = load %a_0[%i_2]
+    %7: f64 = fadd %4, %6
+    ret %7
+}",
+            false,
+        );
+        assert_eq!(out.matches("load").count(), 2, "{out}");
+    }
+
+    #[test]
+    fn primal_code_keeps_the_sign_of_zero() {
+        // 0.0 + x is not x for x = -0.0 outside derivative code.
+        let ir = "fn @f(%x_0: f64) -> f64 {
+bb0:
+    %1: f64 = fconst 0.0
+    %2: f64 = fadd %1, %x_0
+    ret %2
+}";
+        assert!(run(ir, false).contains("fadd"));
+        assert!(!run(ir, true).contains("fadd"));
+    }
+
+    #[test]
+    fn an_overwritten_store_that_checks_its_index_stays() {
+        let out = run(
+            "fn @f(%a_0: f64[], %i_1: i64) {
+bb0:
+    %2: f64 = fconst 1.0
+    store %a_0[%i_1], %2
+    %3: f64 = fconst 2.0
+    store.trusted %a_0[%i_1], %3
+    ret
+}",
+            false,
+        );
+        assert_eq!(out.matches("store").count(), 2, "{out}");
+    }
+}
