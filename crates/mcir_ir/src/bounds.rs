@@ -150,10 +150,74 @@ impl Range {
     }
 }
 
+/// A loop counting down, as reverse passes write them: a header parameter tested
+/// `p <= floor` (the else edge enters the body), stepping `p - 1` along the back edge,
+/// and entering with the values `starts`. In the body `floor < p <= max(starts)`.
+struct DownFact {
+    index: Value,
+    floor: Value,
+    body: Block,
+    header: Block,
+    /// The values the counter enters the loop with, and the blocks they come from.
+    starts: Vec<(Value, Block)>,
+}
+
+fn down_facts(f: &Function, cfg: &ControlFlow) -> Vec<DownFact> {
+    let mut out = Vec::new();
+    for (h, data) in f.blocks.iter() {
+        let Terminator::Branch { cond, else_dest, .. } = &data.term else { continue };
+        let Some(test) = defining(f, *cond) else { continue };
+        let (Op::ICmp(CmpOp::Le), [p, floor]) = (&test.op, test.args.as_slice()) else { continue };
+        let Some(k) = data.params.iter().position(|x| x == p) else { continue };
+        let Some(body) = only_entry(cfg, else_dest) else { continue };
+        let mut starts = Vec::new();
+        let mut ok = true;
+        for &pred in &cfg.preds[h.index()] {
+            for call in f.blocks[pred].term.successors().filter(|c| c.block == h) {
+                let Some(&arg) = call.args.get(k) else {
+                    ok = false;
+                    continue;
+                };
+                if !is_down_step(f, cfg, arg, *p, 4) {
+                    starts.push((arg, pred));
+                }
+            }
+        }
+        if ok && !starts.is_empty() {
+            out.push(DownFact { index: *p, floor: *floor, body, header: h, starts });
+        }
+    }
+    out
+}
+
+/// Whether `arg` is `p - 1`, directly or through block parameters that pass it on
+/// (a reverse pass steps an outer counter in the outer block and carries the result
+/// through its inner loop back to the header).
+fn is_down_step(f: &Function, cfg: &ControlFlow, arg: Value, p: Value, depth: u32) -> bool {
+    match f.values[arg].def {
+        ValueDef::Inst(_) => defining(f, arg).is_some_and(|d| {
+            d.op == Op::IBinary(IBinOp::Sub) && d.args[0] == p && const_of(f, d.args[1]) == Some(1)
+        }),
+        ValueDef::Param(b, k) if depth > 0 && arg != p => {
+            let mut incoming = cfg.preds[b.index()].iter().flat_map(|&pred| {
+                f.blocks[pred]
+                    .term
+                    .successors()
+                    .filter(|c| c.block == b)
+                    .map(|c| c.args.get(k as usize).copied())
+            });
+            incoming.all(|a| a.is_some_and(|a| a == arg || is_down_step(f, cfg, a, p, depth - 1)))
+        }
+        ValueDef::Param(..) => false,
+    }
+}
+
 /// The ranges of the integer values of a function.
 struct Ranges<'a> {
+    f: &'a Function,
     cfg: &'a ControlFlow,
     facts: &'a [Fact],
+    downs: Vec<DownFact>,
     /// Ranges of instruction results, computed where they are defined.
     of: std::collections::HashMap<Value, Range>,
 }
@@ -162,7 +226,7 @@ impl<'a> Ranges<'a> {
     /// Ranges of every integer instruction result, in reverse post-order (so that the
     /// operands' are known first).
     fn compute(f: &'a Function, cfg: &'a ControlFlow, facts: &'a [Fact]) -> Ranges<'a> {
-        let mut r = Ranges { cfg, facts, of: Default::default() };
+        let mut r = Ranges { f, cfg, facts, downs: down_facts(f, cfg), of: Default::default() };
         for &b in &cfg.rpo {
             for &inst in &f.blocks[b].insts {
                 let d = &f.insts[inst];
@@ -180,16 +244,68 @@ impl<'a> Ranges<'a> {
         if let Some(&r) = self.of.get(&v) {
             return r;
         }
-        let Some(fact) = self.facts.iter().find(|fa| fa.index == v) else { return Range::FULL };
         if depth > 64 {
             return Range::FULL;
         }
+        if let Some(down) = self.downs.iter().find(|d| d.index == v) {
+            return self.down_range(down, b, depth);
+        }
+        let Some(fact) = self.facts.iter().find(|fa| fa.index == v) else {
+            return self.param_range(v, depth);
+        };
         let bound = self.at(fact.bound, fact.header, depth + 1);
         let lo = fact.start.0 as i128;
         if self.cfg.dominates(fact.body, b) {
             Range { lo, hi: (bound.hi - 1).max(lo) }
         } else {
             Range { lo, hi: bound.hi.max(fact.start.1 as i128) }
+        }
+    }
+
+    /// The range of a block parameter that is no counter: the union of what its
+    /// incoming edges pass, leaving out the parameter itself passed back unchanged (an
+    /// outer counter carried through an inner loop). Followed a few parameters deep.
+    fn param_range(&self, v: Value, depth: usize) -> Range {
+        const PARAM_DEPTH: usize = 6;
+        let ValueDef::Param(b, k) = self.f.values[v].def else { return Range::FULL };
+        if depth > PARAM_DEPTH {
+            return Range::FULL;
+        }
+        let mut out: Option<Range> = None;
+        for &pred in &self.cfg.preds[b.index()] {
+            for call in self.f.blocks[pred].term.successors().filter(|c| c.block == b) {
+                let Some(&arg) = call.args.get(k as usize) else { return Range::FULL };
+                if arg == v {
+                    continue;
+                }
+                let r = self.at(arg, pred, depth + 1);
+                out = Some(match out {
+                    None => r,
+                    Some(o) => Range { lo: o.lo.min(r.lo), hi: o.hi.max(r.hi) },
+                });
+            }
+        }
+        out.unwrap_or(Range::FULL)
+    }
+
+    /// The range of a counter counting down, in block `b`: what it enters with, and in
+    /// the body above the floor.
+    fn down_range(&self, down: &DownFact, b: Block, depth: usize) -> Range {
+        let mut start: Option<Range> = None;
+        for &(arg, pred) in &down.starts {
+            let r = self.at(arg, pred, depth + 1);
+            start = Some(match start {
+                None => r,
+                Some(s) => Range { lo: s.lo.min(r.lo), hi: s.hi.max(r.hi) },
+            });
+        }
+        let Some(start) = start else { return Range::FULL };
+        let floor = self.at(down.floor, down.header, depth + 1);
+        if self.cfg.dominates(down.body, b) {
+            // floor < p <= start.
+            Range { lo: floor.lo + 1, hi: start.hi.max(floor.lo + 1) }
+        } else {
+            Range { lo: start.lo.min(floor.lo), hi: start.hi }
         }
     }
 
@@ -219,6 +335,11 @@ impl<'a> Ranges<'a> {
                     IBinOp::Max => Range { lo: x.lo.max(y.lo), hi: x.hi.max(y.hi) },
                     _ => return None,
                 }
+            }
+            // Either operand: a reverse pass's trip count `select(0 < n, n, 0)`, say.
+            Op::Select => {
+                let (x, y) = (arg(1), arg(2));
+                Range { lo: x.lo.min(y.lo), hi: x.hi.max(y.hi) }
             }
             _ => return None,
         })
@@ -373,6 +494,46 @@ mod tests {
             f.proofs().no_overflow.iter().filter_map(|&i| f.insts[i].result).map(|v| v.index()).collect();
         out.sort();
         out
+    }
+
+    #[test]
+    fn counters_of_reversed_loops_have_ranges() {
+        // The reverse of `for j in 0..len(a) { for r in j + 1..len(a) { .. } }`: j counts
+        // down from max(len(a), 0) to 0 and is carried unchanged through the inner loop,
+        // whose counter r counts down to j + 1 from a value read off the tape. Then
+        // j + 1 (%14), j * n (%18) and r - 1 (%17) cannot overflow; r + 1 could, as
+        // nothing bounds r from above.
+        let ir = "fn @f(%a_0: f64[], %s_1: stack<i64>) {
+bb0:
+    %2: i64 = iconst 0
+    %3: i64 = array.dim 0 %a_0
+    %4: bool = icmp lt %2, %3
+    %5: i64 = select %4, %3, %2
+    jump bb1(%5)
+bb1(%j_6: i64):
+    %7: bool = icmp le %j_6, %2
+    br %7, bb5, bb2
+bb2:
+    %8: i64 = iconst 1
+    %9: i64 = isub %j_6, %8
+    %10: i64 = stack.pop %s_1
+    jump bb3(%9, %10)
+bb3(%j_11: i64, %r_12: i64):
+    %13: i64 = iconst 1
+    %14: i64 = iadd %j_11, %13
+    %15: bool = icmp le %r_12, %14
+    br %15, bb1(%j_11), bb4
+bb4:
+    %16: i64 = iconst 1
+    %17: i64 = isub %r_12, %16
+    %18: i64 = imul %j_11, %3
+    %19: i64 = iadd %r_12, %16
+    jump bb3(%j_11, %17)
+bb5:
+    ret
+}
+";
+        assert_eq!(no_overflow(ir), vec![9, 14, 17, 18]);
     }
 
     #[test]
