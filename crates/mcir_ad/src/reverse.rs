@@ -1048,8 +1048,13 @@ impl<'a> Reverse<'a> {
 
     /// Whether the reverse pass has primal value `v` without a tape entry per loop
     /// iteration: a constant, a value the tape holds once, an enclosing loop's counter,
-    /// or the size of an array that is one of these.
+    /// the size of an array that is one of these, or a sum, difference or product of
+    /// such values (`j + 1`, the start of `for r in j + 1..d`), which it recomputes.
     fn free_to_read(&self, v: Value) -> bool {
+        self.free_to_read_within(v, 3)
+    }
+
+    fn free_to_read_within(&self, v: Value, depth: u32) -> bool {
         if self.counter_params.contains_key(&v) {
             return true;
         }
@@ -1065,7 +1070,13 @@ impl<'a> Reverse<'a> {
         match self.primal.values[v].def {
             mcir_ir::ValueDef::Inst(i) => {
                 let d = &self.primal.insts[i];
-                matches!(d.op, Op::ArrayDim(_)) && self.free_to_read(d.args[0])
+                match d.op {
+                    Op::ArrayDim(_) => self.free_to_read_within(d.args[0], depth),
+                    Op::IBinary(IBinOp::Add | IBinOp::Sub | IBinOp::Mul) if depth > 0 => {
+                        d.args.iter().all(|&a| self.free_to_read_within(a, depth - 1))
+                    }
+                    _ => false,
+                }
             }
             mcir_ir::ValueDef::Param(..) => false,
         }
