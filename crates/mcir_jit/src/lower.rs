@@ -275,6 +275,12 @@ const EARLY_RECORD_FIELDS: usize = 6;
 /// Room for this many values in a new stack, before it first grows.
 const STACK_FIRST: i64 = 16;
 
+/// The most elements a one-dimensional array made in native code (`zeros(n)`,
+/// `fill(x, n)`, `zeros_like`) may have to be made inline from the arena's window
+/// rather than by a runtime call: a per-iteration temporary is short, and a call costs
+/// more than filling it.
+const INLINE_ARRAY_ELEMS: i64 = 1 << 10;
+
 /// A parameter of loop header `h` that every back edge moves by exactly one (`p + 1`,
 /// `p - 1`, `p + -1`), so it passes a multiple of 1024 every 1024 iterations.
 fn unit_step_param(f: &Function, h: mcir_ir::Block, cfg: &ControlFlow) -> Option<Value> {
@@ -405,7 +411,6 @@ impl FnLower<'_, '_> {
         self.b.switch_to_block(cont);
     }
 
-    /// Fails with `code` when `bad` is true.
     /// Fails with `code` when `bad` is true.
     fn check(&mut self, bad: CValue, site: i64, code: i64, payload: [CValue; 3]) {
         let fail = self.b.create_block();
@@ -1073,6 +1078,60 @@ impl FnLower<'_, '_> {
         out
     }
 
+    /// A one-dimensional array of `n` 8-byte elements, all `value`, made inline from
+    /// the arena's current window: the header and the elements side by side, as the
+    /// runtime lays them out. Returns whether it was made (`n` is small enough and the
+    /// window has room) and the array; when it was not, nothing was taken and the
+    /// caller asks the runtime, which also reports a negative or too large extent.
+    fn array_from_window(&mut self, n: CValue, value: CValue) -> (CValue, CValue) {
+        let header = array::HEADER_BYTES as i64;
+        let small = self.b.ins().icmp_imm_s(IntCC::UnsignedLessThan, n, INLINE_ARRAY_ELEMS);
+        let try_window = self.b.create_block();
+        let made = self.b.create_block();
+        let done = self.b.create_block();
+        let ok = self.b.append_block_param(done, types::I8);
+        let out = self.b.append_block_param(done, P);
+        let no = self.b.ins().iconst(types::I8, 0);
+        let null = self.zero();
+        self.b.ins().brif(small, try_window, &[], done, &[no.into(), null.into()]);
+
+        self.b.switch_to_block(try_window);
+        let p = self.b.ins().load(P, flags(), self.ctx, ctx::BUMP);
+        let end = self.b.ins().load(P, flags(), self.ctx, ctx::BUMP_END);
+        let bytes = self.b.ins().ishl_imm_s(n, 3);
+        let bytes = self.b.ins().iadd_imm_s(bytes, header);
+        let q = self.b.ins().iadd(p, bytes);
+        let fits = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, q, end);
+        let no = self.b.ins().iconst(types::I8, 0);
+        let null = self.zero();
+        self.b.ins().brif(fits, made, &[], done, &[no.into(), null.into()]);
+
+        self.b.switch_to_block(made);
+        self.b.ins().store(flags(), q, self.ctx, ctx::BUMP);
+        let data = self.b.ins().iadd_imm_s(p, header);
+        let one = self.b.ins().iconst(P, 1);
+        self.b.ins().store(flags(), data, p, array::DATA);
+        self.b.ins().store(flags(), n, p, array::LEN);
+        self.b.ins().store(flags(), one, p, array::RANK);
+        self.b.ins().store(flags(), n, p, array::DIMS);
+        // The elements, one store each: the arrays made this way are short.
+        let fill = self.b.create_block();
+        let at = self.b.append_block_param(fill, P);
+        let step = self.b.create_block();
+        self.b.ins().jump(fill, &[data.into()]);
+        self.b.switch_to_block(fill);
+        let more = self.b.ins().icmp(IntCC::UnsignedLessThan, at, q);
+        let yes = self.b.ins().iconst(types::I8, 1);
+        self.b.ins().brif(more, step, &[], done, &[yes.into(), p.into()]);
+        self.b.switch_to_block(step);
+        self.b.ins().store(flags(), value, at, 0);
+        let next = self.b.ins().iadd_imm_s(at, 8);
+        self.b.ins().jump(fill, &[next.into()]);
+
+        self.b.switch_to_block(done);
+        (ok, out)
+    }
+
     fn fbinary(&mut self, op: FBinOp, a: CValue, b: CValue) -> CValue {
         match op {
             FBinOp::Add => self.b.ins().fadd(a, b),
@@ -1528,7 +1587,23 @@ impl FnLower<'_, '_> {
                     _ => "mc_array_fill_bool",
                 };
                 let v = if kind == ELEM_BOOL { self.b.ins().uextend(P, args[0]) } else { args[0] };
-                self.rt_call_checked(name, &[self.ctx, s, v, rank, dims[0], dims[1], dims[2]])
+                if kind != ELEM_BOOL && args.len() == 2 {
+                    let n = args[1];
+                    let fast = self.array_from_window(n, args[0]);
+                    let slow = self.b.create_block();
+                    let join = self.b.create_block();
+                    let out = self.b.append_block_param(join, P);
+                    self.b.ins().brif(fast.0, join, &[fast.1.into()], slow, &[]);
+                    self.b.switch_to_block(slow);
+                    self.b.set_cold_block(slow);
+                    let h = self.rt_call_checked(name, &[self.ctx, s, v, rank, dims[0], dims[1], dims[2]]);
+                    let h = h.ok_or("array fill has no result")?;
+                    self.b.ins().jump(join, &[h.into()]);
+                    self.b.switch_to_block(join);
+                    Some(out)
+                } else {
+                    self.rt_call_checked(name, &[self.ctx, s, v, rank, dims[0], dims[1], dims[2]])
+                }
             }
             Op::ArrayLit(dims) => {
                 let site = fallible_site(self);
@@ -1585,7 +1660,28 @@ impl FnLower<'_, '_> {
             Op::ZerosLike => {
                 let s = fallible_site(self);
                 let s = self.b.ins().iconst(P, s);
-                self.rt_call_checked("mc_zeros_like", &[self.ctx, s, args[0]])
+                let (kind, _, _) = Self::elem_kind(types, arg_ty(0));
+                if kind != ELEM_BOOL && types.as_array(arg_ty(0)).is_some_and(|(_, rank)| rank == 1) {
+                    let n = self.b.ins().load(P, header_flags(), args[0], array::DIMS);
+                    let zero = match kind {
+                        ELEM_F64 => self.b.ins().f64const(0.0),
+                        _ => self.zero(),
+                    };
+                    let fast = self.array_from_window(n, zero);
+                    let slow = self.b.create_block();
+                    let join = self.b.create_block();
+                    let out = self.b.append_block_param(join, P);
+                    self.b.ins().brif(fast.0, join, &[fast.1.into()], slow, &[]);
+                    self.b.switch_to_block(slow);
+                    self.b.set_cold_block(slow);
+                    let h = self.rt_call_checked("mc_zeros_like", &[self.ctx, s, args[0]]);
+                    let h = h.ok_or("zeros_like has no result")?;
+                    self.b.ins().jump(join, &[h.into()]);
+                    self.b.switch_to_block(join);
+                    Some(out)
+                } else {
+                    self.rt_call_checked("mc_zeros_like", &[self.ctx, s, args[0]])
+                }
             }
             Op::Sum => {
                 let s = fallible_site(self);
