@@ -120,6 +120,34 @@ pub fn fold_and_hoist_derived(f: Function, types: &TypeTable) -> Function {
 
 fn hoist_invariants(mut f: Function, types: &TypeTable, peeks: bool) -> Function {
     let cfg = ControlFlow::compute(&f);
+    // Integer arithmetic that cannot fail moves too (`j * d - j * (j + 1) / 2`, a
+    // packed triangle's column start): additions, subtractions and products that range
+    // analysis shows within `i64` (their operands, fixed in the loop, have the same
+    // ranges in front of it), and divisions by a constant other than 0 and -1.
+    let safe_ints: HashSet<Inst> = {
+        let mut safe: HashSet<Inst> = f.proofs().no_overflow;
+        for (_, data) in f.blocks.iter() {
+            for &i in &data.insts {
+                let d = &f.insts[i];
+                if let (Op::IBinary(crate::op::IBinOp::Div | crate::op::IBinOp::Rem), [_, b]) =
+                    (&d.op, d.args.as_slice())
+                {
+                    let divisor = match f.values[*b].def {
+                        ValueDef::Inst(c) => match f.insts[c].op {
+                            Op::IConst(k) => Some(k),
+                            _ => None,
+                        },
+                        ValueDef::Param(..) => None,
+                    };
+                    if divisor.is_some_and(|k| k != 0 && k != -1) {
+                        safe.insert(i);
+                    }
+                }
+            }
+        }
+        safe.retain(|&i| matches!(f.insts[i].op, Op::IBinary(_)));
+        safe
+    };
     // Inner loops first, so that what leaves an inner loop can leave its outer one too.
     let headers: Vec<Block> =
         cfg.rpo.iter().rev().copied().filter(|&h| cfg.latches(h).next().is_some()).collect();
@@ -132,10 +160,26 @@ fn hoist_invariants(mut f: Function, types: &TypeTable, peeks: bool) -> Function
         if !matches!(&f.blocks[pre].term, Terminator::Jump(c) if c.block == h) {
             continue;
         }
+        // Header parameters that every back edge passes back unchanged (an outer
+        // counter carried through an inner loop) hold what the preheader passes in; an
+        // operation on them moves with that value in their place.
+        let entry_args: Vec<Value> = match &f.blocks[pre].term {
+            Terminator::Jump(c) => c.args.clone(),
+            _ => Vec::new(),
+        };
+        let mut carried: HashMap<Value, Value> = HashMap::new();
+        for (k, &p) in f.blocks[h].params.iter().enumerate() {
+            let unchanged = cfg.latches(h).all(|l| {
+                f.blocks[l].term.successors().filter(|c| c.block == h).all(|c| c.args.get(k) == Some(&p))
+            });
+            if let (true, Some(&a)) = (unchanged, entry_args.get(k)) {
+                carried.insert(p, a);
+            }
+        }
         // Values defined in the loop, as the walk finds them; a hoisted value leaves.
         let mut inside: HashSet<Value> = HashSet::new();
         for &b in &body {
-            inside.extend(f.blocks[b].params.iter().copied());
+            inside.extend(f.blocks[b].params.iter().copied().filter(|p| !carried.contains_key(p)));
             inside.extend(f.blocks[b].insts.iter().filter_map(|&i| f.insts[i].result));
         }
         let order: Vec<Block> = cfg.rpo.iter().copied().filter(|b| body.contains(b)).collect();
@@ -157,7 +201,7 @@ fn hoist_invariants(mut f: Function, types: &TypeTable, peeks: bool) -> Function
             for i in insts {
                 let d = &f.insts[i];
                 let peek_of_untouched = peeks && d.op == Op::StackPeek && !used.contains(&d.args[0]);
-                let invariant = (movable(types, &d.op) || peek_of_untouched)
+                let invariant = (movable(types, &d.op) || peek_of_untouched || safe_ints.contains(&i))
                     && d.args.iter().any(|&a| !is_constant(&f, a))
                     && d.args.iter().all(|&a| !inside.contains(&a) || is_constant(&f, a));
                 if !invariant {
@@ -169,7 +213,9 @@ fn hoist_invariants(mut f: Function, types: &TypeTable, peeks: bool) -> Function
                 let args = f.insts[i].args.clone();
                 let mut moved = Vec::with_capacity(args.len());
                 for a in args {
-                    if inside.contains(&a) {
+                    if let Some(&outer) = carried.get(&a) {
+                        moved.push(outer);
+                    } else if inside.contains(&a) {
                         let ValueDef::Inst(c) = f.values[a].def else { continue };
                         let (op, ty, span) = (f.insts[c].op.clone(), f.value_type(a), f.insts[c].span);
                         let nv = f.push_inst(pre, op, vec![], Some(ty), span);
