@@ -164,6 +164,15 @@ pub struct Function {
 }
 
 impl Function {
+    /// Whether this is a reverse pass that automatic differentiation derived (named
+    /// `f$rev`, with a suffix such as `$const` for a variant; source names cannot hold
+    /// `$`). A reverse pass computes adjoints, each a sum of products whose order the
+    /// derivation chose, so native code may add its sums in another order (two partial
+    /// sums in the lanes of a vector).
+    pub fn is_reverse_pass(&self) -> bool {
+        self.name.contains("$rev")
+    }
+
     /// The entry block.
     pub fn entry(&self) -> Block {
         crate::entity::EntityRef::new(0)

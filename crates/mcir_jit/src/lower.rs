@@ -260,6 +260,16 @@ fn fixed_allocation(op: &Op, nargs: usize) -> Option<i64> {
 }
 
 /// The copies of an unrolled loop's body being lowered, for addresses that step.
+/// A load or store of an unrolled body whose indices the test in front of the copies
+/// checks once for all of them (see `FnLower::guarded_accesses`).
+struct Guarded {
+    inst: mcir_ir::Inst,
+    n_idx: usize,
+    /// The dimensions it checks, and whether each index moves with the counter (else it
+    /// is fixed for the loop).
+    dims: Vec<(usize, bool)>,
+}
+
 struct Stepped {
     /// The loop, and by how much its counter moves from one copy to the next.
     unroll: crate::unroll::Unroll,
@@ -569,116 +579,122 @@ impl FnLower<'_, '_> {
     /// when the next `u.factor` tests of the loop would pass, run that many copies of
     /// its body and come back; otherwise go on to the header as written, in a block of
     /// its own (see `crate::unroll`). Leaves that block current.
-    fn unrolled_copies(&mut self, h: mcir_ir::Block, u: crate::unroll::Unroll) -> Result<(), String> {
+    fn unrolled_copies(
+        &mut self,
+        h: mcir_ir::Block,
+        u: crate::unroll::Unroll,
+        site: i64,
+    ) -> Result<(), String> {
         let f = self.f;
-        // The header computes only constants and tests; its bound may be one of them.
+        // The header computes only constants, tests and fixed arithmetic; its bound may
+        // be one of them.
         self.block_insts(h)?;
         let counter = self.v(u.counter)?;
-        // Loads and stores at the counter into an array the loop does not make, bounded
-        // by another array's extent (`b[l, j]` for `l < size(a, 1)`): the copies run
-        // only when the counter and the next `factor - 1` values are below that extent,
-        // so their accesses there need no check; otherwise the loop runs as written.
-        let guarded = match u.test {
-            crate::unroll::Test::Below { .. } => self.counter_indexed_accesses(u),
-            crate::unroll::Test::Above { .. } => Vec::new(),
-        };
-        // The copies run when the counter is below a limit computed from values fixed
-        // for the whole loop, so the test left in the loop is one comparison (Cranelift
-        // moves the limit's arithmetic in front of the loop).
-        let below_by = u.factor - 1;
-        let short = match u.test {
-            crate::unroll::Test::Below { bound } => {
-                // `counter + factor <= bound`, as `counter < bound - (factor - 1)`; a bound
-                // so low that the subtraction would wrap admits no counter.
-                let n = self.v(bound)?;
-                let lowest = self.b.ins().iconst(P, i64::MIN);
-                let wraps = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, n, i64::MIN + below_by);
-                let shifted = self.b.ins().iadd_imm_s(n, -below_by);
-                let limit = self.b.ins().select(wraps, lowest, shifted);
-                let mut tested: Vec<(Value, usize)> = Vec::new();
-                let mut room: Option<CValue> = None;
-                for &(inst, dim, _) in &guarded {
-                    let a = f.insts[inst].args[0];
-                    if tested.contains(&(a, dim)) {
-                        continue;
-                    }
-                    tested.push((a, dim));
-                    let arr = self.v(a)?;
-                    let extent = self.b.ins().load(P, header_flags(), arr, array::DIMS + 8 * dim as i32);
-                    // Counters 0..extent - (factor - 1) start `factor` in-bounds
-                    // iterations; an extent is never negative, so this cannot wrap.
-                    let starts = self.b.ins().iadd_imm_s(extent, -below_by);
-                    room = Some(match room {
-                        None => starts,
-                        Some(r) => self.b.ins().smin(r, starts),
-                    });
-                }
-                match room {
-                    // The counter must be in 0..room and below the limit: one unsigned
-                    // comparison with the smaller of the two, neither below zero.
-                    Some(room) => {
-                        let both = self.b.ins().smin(room, limit);
-                        let zero = self.zero();
-                        let room = self.b.ins().smax(both, zero);
-                        self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, counter, room)
-                    }
-                    None => self.b.ins().icmp(IntCC::SignedGreaterThanOrEqual, counter, limit),
-                }
-            }
-            crate::unroll::Test::Above { floor } => {
-                self.b.ins().icmp_imm_s(IntCC::SignedLessThanOrEqual, counter, floor + below_by)
-            }
-        };
+        // Loads and stores whose indices are proven, fixed for the loop, or moving with
+        // the counter, into arrays the loop does not make: the copies run only when the
+        // indices of all of them are in bounds, and need no check there.
+        let guarded = self.guarded_accesses(u);
+        let saved_proofs: Vec<(mcir_ir::Inst, Option<Vec<bool>>)> = guarded
+            .iter()
+            .map(|g| (g.inst, self.proofs.in_bounds.insert(g.inst, vec![true; g.n_idx])))
+            .collect();
+        let reassociate = f.is_reverse_pass();
+        let pairs = crate::unroll::pairs(f, &u, &self.proofs, &self.l.module.types, reassociate);
+        let distinct = pairs.as_ref().map(|p| p.distinct.clone()).unwrap_or_default();
+        let short = self.copies_cannot_run(u, counter, &guarded, &distinct)?;
         let copies = self.b.create_block();
         let rest = self.b.create_block();
         // The target that leaves the unrolled loop first (see `terminator`).
         self.b.ins().brif(short, rest, &[], copies, &[]);
         self.b.switch_to_block(copies);
-        // In the copies every index of these accesses is in bounds.
-        let saved_proofs: Vec<(mcir_ir::Inst, Option<Vec<bool>>)> = guarded
-            .iter()
-            .map(|&(inst, _, n_idx)| (inst, self.proofs.in_bounds.insert(inst, vec![true; n_idx])))
-            .collect();
         let params = f.blocks[h].params.clone();
         let bound: Vec<Option<CValue>> = params.iter().map(|p| self.vals[p.index()]).collect();
         let Terminator::Jump(back) = &f.blocks[u.body].term else {
             return Err("an unrolled loop's body must jump back to its header".into());
         };
-        let mut args = Vec::new();
-        let pairs = crate::unroll::pairs(f, &u, &self.proofs, &self.l.module.types);
-        if let Some(pairs) = pairs {
-            let up = matches!(u.test, crate::unroll::Test::Below { .. });
-            let counter_at = params.iter().position(|&p| p == u.counter).ok_or("no counter")?;
-            for pair in 0..u.factor / 2 {
-                if pair > 0 {
-                    for (k, p) in params.iter().enumerate() {
-                        self.vals[p.index()] = args.get(k).copied();
-                    }
+        let up = matches!(u.test, crate::unroll::Test::Below { .. });
+        let counter_at = params.iter().position(|&p| p == u.counter).ok_or("no counter")?;
+        let mut args: Vec<CValue> = Vec::new();
+        match pairs {
+            Some(pairs) if !pairs.sums.is_empty() => {
+                // Sums run as two partial sums each, in the lanes of a vector carried
+                // round a loop of their own; they are added together when it ends.
+                let vloop = self.b.create_block();
+                let vexit = self.b.create_block();
+                let vcounter = self.b.append_block_param(vloop, P);
+                let xcounter = self.b.append_block_param(vexit, P);
+                let mut start: Vec<cranelift_codegen::ir::BlockArg> = vec![counter.into()];
+                let mut vsums = Vec::new();
+                let mut xsums = Vec::new();
+                let zero = self.b.ins().f64const(0.0);
+                let zeros = self.b.ins().splat(types::F64X2, zero);
+                for &k in &pairs.sums {
+                    let s0 = self.v(params[k])?;
+                    start.push(self.b.ins().insertlane(zeros, s0, 0).into());
+                    vsums.push(self.b.append_block_param(vloop, types::F64X2));
+                    xsums.push(self.b.append_block_param(vexit, types::F64X2));
                 }
-                self.block_insts(h)?;
-                self.paired_body(u.body, pairs.index, up)?;
-                let c = self.v(u.counter)?;
-                let next = self.b.ins().iadd_imm_s(c, if up { 2 } else { -2 });
+                self.b.ins().jump(vloop, &start);
+                self.b.switch_to_block(vloop);
+                self.poll_every(vcounter, site, 1023 & !(u.factor - 1));
+                let mut c = vcounter;
+                let mut lanes_in: HashMap<Value, CValue> =
+                    pairs.sums.iter().zip(&vsums).map(|(&k, &v)| (params[k], v)).collect();
+                for _ in 0..u.factor / 2 {
+                    self.vals[u.counter.index()] = Some(c);
+                    self.block_insts(h)?;
+                    let lanes = self.paired_body(u.body, up, &lanes_in)?;
+                    for &k in &pairs.sums {
+                        let next = *lanes.get(&back.args[k]).ok_or("a sum left its lanes")?;
+                        lanes_in.insert(params[k], next);
+                    }
+                    c = self.b.ins().iadd_imm_s(c, if up { 2 } else { -2 });
+                }
+                let more_short = self.copies_cannot_run(u, c, &guarded, &distinct)?;
+                let mut out: Vec<cranelift_codegen::ir::BlockArg> = vec![c.into()];
+                for &k in &pairs.sums {
+                    out.push(lanes_in[&params[k]].into());
+                }
+                self.b.ins().brif(more_short, vexit, &out, vloop, &out);
+                self.b.switch_to_block(vexit);
                 args = params.iter().map(|&p| self.v(p)).collect::<Result<_, _>>()?;
-                args[counter_at] = next;
-            }
-        } else {
-            let delta = match u.test {
-                crate::unroll::Test::Below { .. } => 1,
-                crate::unroll::Test::Above { .. } => -1,
-            };
-            self.stepped = Some(Stepped { unroll: u, delta, previous: HashMap::new() });
-            for copy in 0..u.factor {
-                if copy > 0 {
-                    for (k, p) in params.iter().enumerate() {
-                        self.vals[p.index()] = args.get(k).copied();
-                    }
+                args[counter_at] = xcounter;
+                for (&k, &v) in pairs.sums.iter().zip(&xsums) {
+                    let lo = self.b.ins().extractlane(v, 0);
+                    let hi = self.b.ins().extractlane(v, 1);
+                    args[k] = self.b.ins().fadd(lo, hi);
                 }
-                self.block_insts(h)?;
-                self.block_insts(u.body)?;
-                args = back.args.iter().map(|&a| self.v(a)).collect::<Result<_, _>>()?;
             }
-            self.stepped = None;
+            Some(_) => {
+                for pair in 0..u.factor / 2 {
+                    if pair > 0 {
+                        for (k, p) in params.iter().enumerate() {
+                            self.vals[p.index()] = args.get(k).copied();
+                        }
+                    }
+                    self.block_insts(h)?;
+                    self.paired_body(u.body, up, &HashMap::new())?;
+                    let c = self.v(u.counter)?;
+                    let next = self.b.ins().iadd_imm_s(c, if up { 2 } else { -2 });
+                    args = params.iter().map(|&p| self.v(p)).collect::<Result<_, _>>()?;
+                    args[counter_at] = next;
+                }
+            }
+            None => {
+                let delta = if up { 1 } else { -1 };
+                self.stepped = Some(Stepped { unroll: u, delta, previous: HashMap::new() });
+                for copy in 0..u.factor {
+                    if copy > 0 {
+                        for (k, p) in params.iter().enumerate() {
+                            self.vals[p.index()] = args.get(k).copied();
+                        }
+                    }
+                    self.block_insts(h)?;
+                    self.block_insts(u.body)?;
+                    args = back.args.iter().map(|&a| self.v(a)).collect::<Result<_, _>>()?;
+                }
+                self.stepped = None;
+            }
         }
         let jump_args: Vec<cranelift_codegen::ir::BlockArg> = args.iter().map(|&v| v.into()).collect();
         self.b.ins().jump(self.blocks[h.index()], &jump_args);
@@ -696,44 +712,173 @@ impl FnLower<'_, '_> {
         Ok(())
     }
 
-    /// The checked loads and stores of an unrolled body (with the dimension indexed by
-    /// the loop's counter, and their number of indices) whose other indices are proven in
-    /// bounds, into an array defined outside the loop.
-    fn counter_indexed_accesses(&self, u: crate::unroll::Unroll) -> Vec<(mcir_ir::Inst, usize, usize)> {
+    /// Whether the next `u.factor` iterations from `counter` cannot all run as copies:
+    /// the loop's test would fail before, an index of a guarded access would leave its
+    /// extent, or two arrays that must differ (`distinct`) are the same array. The
+    /// values it reads are fixed for the loop, so it can be asked again at the end of a
+    /// run of copies.
+    fn copies_cannot_run(
+        &mut self,
+        u: crate::unroll::Unroll,
+        counter: CValue,
+        guarded: &[Guarded],
+        distinct: &[(Value, Value)],
+    ) -> Result<CValue, String> {
+        let below_by = u.factor - 1;
+        let up = matches!(u.test, crate::unroll::Test::Below { .. });
+        let mut short = match u.test {
+            crate::unroll::Test::Below { bound } => {
+                // `counter + factor <= bound`, as `counter < bound - (factor - 1)`; a bound
+                // so low that the subtraction would wrap admits no counter.
+                let n = self.v(bound)?;
+                let lowest = self.b.ins().iconst(P, i64::MIN);
+                let wraps = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, n, i64::MIN + below_by);
+                let shifted = self.b.ins().iadd_imm_s(n, -below_by);
+                let limit = self.b.ins().select(wraps, lowest, shifted);
+                self.b.ins().icmp(IntCC::SignedGreaterThanOrEqual, counter, limit)
+            }
+            crate::unroll::Test::Above { floor } => {
+                // `counter - (factor - 1) > floor`; a floor so high that the addition
+                // would wrap admits no counter.
+                let n = self.v(floor)?;
+                let highest = self.b.ins().iconst(P, i64::MAX);
+                let wraps = self.b.ins().icmp_imm_s(IntCC::SignedGreaterThan, n, i64::MAX - below_by);
+                let shifted = self.b.ins().iadd_imm_s(n, below_by);
+                let limit = self.b.ins().select(wraps, highest, shifted);
+                self.b.ins().icmp(IntCC::SignedLessThanOrEqual, counter, limit)
+            }
+        };
+        let mut tested: Vec<(Value, usize, Value)> = Vec::new();
+        for g in guarded {
+            let d = &self.f.insts[g.inst];
+            let a = d.args[0];
+            for &(dim, moves) in &g.dims {
+                let idx = d.args[1 + dim];
+                if tested.contains(&(a, dim, idx)) {
+                    continue;
+                }
+                tested.push((a, dim, idx));
+                let arr = self.v(a)?;
+                let extent = self.b.ins().load(P, header_flags(), arr, array::DIMS + 8 * dim as i32);
+                let bad = if moves {
+                    // The copies reach `lowest..=lowest + factor - 1`: in bounds when
+                    // `lowest` is below `extent - (factor - 1)` (unsigned, so that a
+                    // negative one fails too); an extent is never negative, so that
+                    // subtraction cannot wrap, and a negative room admits nothing.
+                    let first = self.index_at(u, idx, counter)?;
+                    let lowest = if up { first } else { self.b.ins().iadd_imm_s(first, -below_by) };
+                    let room = self.b.ins().iadd_imm_s(extent, -below_by);
+                    let zero = self.zero();
+                    let room = self.b.ins().smax(room, zero);
+                    self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, lowest, room)
+                } else {
+                    let i = self.v(idx)?;
+                    self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, i, extent)
+                };
+                short = self.b.ins().bor(short, bad);
+            }
+        }
+        for &(a, b) in distinct {
+            let (a, b) = (self.v(a)?, self.v(b)?);
+            let da = self.b.ins().load(P, header_flags(), a, array::DATA);
+            let db = self.b.ins().load(P, header_flags(), b, array::DATA);
+            let same = self.b.ins().icmp(IntCC::Equal, da, db);
+            short = self.b.ins().bor(short, same);
+        }
+        Ok(short)
+    }
+
+    /// Index `v` of the loop's body (the counter, or sums and differences of it with
+    /// constants and values fixed for the loop) at counter value `counter`, computed in
+    /// the current block.
+    fn index_at(&mut self, u: crate::unroll::Unroll, v: Value, counter: CValue) -> Result<CValue, String> {
         let f = self.f;
+        if v == u.counter {
+            return Ok(counter);
+        }
+        let mcir_ir::ValueDef::Inst(i) = f.values[v].def else { return self.v(v) };
+        let d = &f.insts[i];
+        match d.op {
+            Op::IConst(c) => Ok(self.b.ins().iconst(P, c)),
+            Op::IBinary(op @ (IBinOp::Add | IBinOp::Sub)) if u.defines(f, v) => {
+                let a = self.index_at(u, d.args[0], counter)?;
+                let b = self.index_at(u, d.args[1], counter)?;
+                Ok(if op == IBinOp::Add { self.b.ins().iadd(a, b) } else { self.b.ins().isub(a, b) })
+            }
+            _ if !u.defines(f, v) => self.v(v),
+            _ => Err(format!("{v} does not move with the counter")),
+        }
+    }
+
+    /// The checked loads and stores of an unrolled body into an array defined outside
+    /// the loop whose every index is proven, fixed for the loop, or moving with the
+    /// counter (the counter plus or minus constants and fixed values), with at least one
+    /// not proven.
+    fn guarded_accesses(&self, u: crate::unroll::Unroll) -> Vec<Guarded> {
+        let f = self.f;
+        let mut follows: Vec<Value> = vec![u.counter];
         let mut out = Vec::new();
         for &inst in &f.blocks[u.body].insts {
             let d = &f.insts[inst];
-            let n_idx = match d.op {
-                Op::Load => d.args.len() - 1,
-                Op::Store => d.args.len() - 2,
+            match d.op {
+                Op::IBinary(IBinOp::Add | IBinOp::Sub) => {
+                    let [a, b] = d.args.as_slice() else { continue };
+                    let offset = |x: Value| {
+                        u.fixed(f, x)
+                            || matches!(f.values[x].def, mcir_ir::ValueDef::Inst(j) if matches!(f.insts[j].op, Op::IConst(_)))
+                    };
+                    let moves = (follows.contains(a) && offset(*b))
+                        || (d.op == Op::IBinary(IBinOp::Add) && follows.contains(b) && offset(*a));
+                    if moves && self.proofs.no_overflow.contains(&inst) {
+                        follows.extend(d.result);
+                    }
+                    continue;
+                }
+                Op::Load | Op::Store => {}
                 _ => continue,
-            };
+            }
+            let n_idx = if d.op == Op::Load { d.args.len() - 1 } else { d.args.len() - 2 };
             let Some(&array) = d.args.first() else { continue };
             if u.defines(f, array) {
                 continue;
             }
             let proven = self.proofs.in_bounds.get(&inst);
-            let at_counter: Vec<usize> = (0..n_idx).filter(|&k| d.args[1 + k] == u.counter).collect();
-            let [dim] = at_counter.as_slice() else { continue };
-            let others_proven =
-                (0..n_idx).all(|k| k == *dim || proven.is_some_and(|p| p.get(k).copied().unwrap_or(false)));
-            let already = proven.is_some_and(|p| p.get(*dim).copied().unwrap_or(false));
-            if others_proven && !already {
-                out.push((inst, *dim, n_idx));
+            let mut dims = Vec::new();
+            let mut ok = true;
+            for k in 0..n_idx {
+                if proven.is_some_and(|p| p.get(k).copied().unwrap_or(false)) {
+                    continue;
+                }
+                let idx = d.args[1 + k];
+                if follows.contains(&idx) {
+                    dims.push((k, true));
+                } else if u.fixed(f, idx) {
+                    dims.push((k, false));
+                } else {
+                    ok = false;
+                }
+            }
+            if ok && !dims.is_empty() {
+                out.push(Guarded { inst, n_idx, dims });
             }
         }
         out
     }
 
     /// Two iterations of a body that `crate::unroll::pairs` accepted, in the lanes of
-    /// 128-bit vectors: the first iteration's counter is bound; the second's index is
-    /// one above (`up`) or below the first's, so the pair's elements start at the lower
-    /// of the two.
-    fn paired_body(&mut self, body: mcir_ir::Block, index: Value, up: bool) -> Result<(), String> {
+    /// 128-bit vectors: the first iteration's counter is bound; the second's indices
+    /// are one above (`up`) or below the first's, so each pair of elements starts at
+    /// the lower of the two. `carried` gives the vectors of the sums the body carries;
+    /// returns the vectors of the values it computed.
+    fn paired_body(
+        &mut self,
+        body: mcir_ir::Block,
+        up: bool,
+        carried: &HashMap<Value, CValue>,
+    ) -> Result<HashMap<Value, CValue>, String> {
         let f = self.f;
-        let mut lanes: HashMap<Value, CValue> = HashMap::new();
-        let mut low: Option<CValue> = None;
+        let mut lanes: HashMap<Value, CValue> = carried.clone();
+        let mut low: HashMap<Value, CValue> = HashMap::new();
         for &inst in &f.blocks[body].insts {
             let d = &f.insts[inst];
             let vector =
@@ -751,12 +896,13 @@ impl FnLower<'_, '_> {
                 Op::Load | Op::TrustedLoad | Op::Store | Op::TrustedStore => {
                     let is_load = matches!(d.op, Op::Load | Op::TrustedLoad);
                     let n_idx = if is_load { d.args.len() - 1 } else { d.args.len() - 2 };
-                    let start = match low {
-                        Some(x) => x,
+                    let last = d.args[n_idx];
+                    let start = match low.get(&last) {
+                        Some(&x) => x,
                         None => {
-                            let j = self.v(index)?;
+                            let j = self.v(last)?;
                             let x = if up { j } else { self.b.ins().iadd_imm_s(j, -1) };
-                            low = Some(x);
+                            low.insert(last, x);
                             x
                         }
                     };
@@ -804,7 +950,7 @@ impl FnLower<'_, '_> {
                 op => return Err(format!("{op:?} cannot run in pairs")),
             }
         }
-        Ok(())
+        Ok(lanes)
     }
 
     fn run(&mut self) -> Result<(), String> {
@@ -857,7 +1003,7 @@ impl FnLower<'_, '_> {
                         // Both loops pass a counter value that is a multiple of 1024
                         // give or take the factor at least once every 1024 iterations.
                         self.poll_every(self.v(p)?, site, 1023 & !(u.factor - 1));
-                        self.unrolled_copies(b, u)?;
+                        self.unrolled_copies(b, u, site)?;
                     }
                     (Some(p), None) => self.poll_every(self.v(p)?, site, 1023),
                     _ => self.interrupt_check(site),

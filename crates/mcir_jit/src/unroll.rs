@@ -31,8 +31,9 @@ pub(crate) enum Test {
     /// `counter < bound` enters the body, and the body adds one to the counter.
     Below { bound: Value },
     /// `counter <= floor` leaves the loop, and the body subtracts one from the counter
-    /// (the reverse passes' loops counting down).
-    Above { floor: i64 },
+    /// (the reverse passes' loops counting down); the floor is the same on every
+    /// iteration.
+    Above { floor: Value },
 }
 
 /// A loop to lower with unrolled copies of its body.
@@ -98,7 +99,8 @@ const FOUR_UP_TO: usize = 8;
 const TWO_UP_TO: usize = 24;
 
 /// The unrolling of the loop whose header is `h`, if it is one this module handles: the
-/// header computes nothing but constants and its test, the body is one block entered
+/// header computes nothing but constants, its test and integer arithmetic on values
+/// fixed for the loop, the body is one block entered
 /// only from the header and jumping back to it, and the counter steps by one towards
 /// the end the test looks for.
 pub(crate) fn plan(f: &Function, h: Block, cfg: &ControlFlow) -> Option<Unroll> {
@@ -116,10 +118,26 @@ pub(crate) fn plan(f: &Function, h: Block, cfg: &ControlFlow) -> Option<Unroll> 
         return None;
     }
     let Terminator::Branch { cond, then_dest, else_dest } = &f.blocks[h].term else { return None };
-    let header_is_simple = f.blocks[h]
-        .insts
-        .iter()
-        .all(|&i| matches!(f.insts[i].op, Op::IConst(_) | Op::FConst(_) | Op::BConst(_) | Op::ICmp(_)));
+    // The header computes constants, its test, and integer arithmetic on values fixed
+    // for the loop (a reverse pass's floor `j + 1`), which each copy repeats.
+    let header_is_simple = f.blocks[h].insts.iter().all(|&i| {
+        let d = &f.insts[i];
+        match d.op {
+            Op::IConst(_) | Op::FConst(_) | Op::BConst(_) | Op::ICmp(_) => true,
+            Op::IBinary(mcir_ir::IBinOp::Add | mcir_ir::IBinOp::Sub | mcir_ir::IBinOp::Mul) => {
+                d.args.iter().all(|&a| match f.values[a].def {
+                    // A header parameter the body passes back unchanged is fixed too.
+                    mcir_ir::ValueDef::Param(pb, k) if pb == h => back.args.get(k as usize) == Some(&a),
+                    mcir_ir::ValueDef::Param(pb, _) => pb != body,
+                    mcir_ir::ValueDef::Inst(ai) => {
+                        !f.blocks[body].insts.contains(&ai)
+                            && (!f.blocks[h].insts.contains(&ai) || matches!(f.insts[ai].op, Op::IConst(_)))
+                    }
+                })
+            }
+            _ => false,
+        }
+    });
     if !header_is_simple {
         return None;
     }
@@ -146,24 +164,24 @@ pub(crate) fn plan(f: &Function, h: Block, cfg: &ControlFlow) -> Option<Unroll> 
         }
         _ => false,
     };
+    // A bound or floor must be the same on every iteration: a constant, a value from
+    // outside the loop, or one the header computes from those (`j + 1`).
+    let outside = |v: Value| match f.values[v].def {
+        mcir_ir::ValueDef::Param(pb, _) => pb != h && pb != body,
+        mcir_ir::ValueDef::Inst(i) => !f.blocks[body].insts.contains(&i),
+    };
     let test = match test.op {
         Op::ICmp(CmpOp::Lt) if then_dest.block == body && else_dest.block != body && steps_by(1) => {
-            // The bound must be the same on every iteration: a constant, or a value
-            // from outside the loop.
-            let outside = match f.values[*b].def {
-                mcir_ir::ValueDef::Param(pb, _) => pb != h && pb != body,
-                mcir_ir::ValueDef::Inst(i) => {
-                    matches!(f.insts[i].op, Op::IConst(_))
-                        || !f.blocks[h].insts.contains(&i) && !f.blocks[body].insts.contains(&i)
-                }
-            };
-            if !outside {
+            if !outside(*b) {
                 return None;
             }
             Test::Below { bound: *b }
         }
         Op::ICmp(CmpOp::Le) if else_dest.block == body && then_dest.block != body && steps_by(-1) => {
-            Test::Above { floor: constant(*b)? }
+            if !outside(*b) {
+                return None;
+            }
+            Test::Above { floor: *b }
         }
         _ => return None,
     };
@@ -182,55 +200,90 @@ pub(crate) fn plan(f: &Function, h: Block, cfg: &ControlFlow) -> Option<Unroll> 
         _ if work <= TWO_UP_TO => 2,
         _ => return None,
     };
-    if let Test::Above { floor } = test {
-        floor.checked_add(factor - 1)?;
-    }
     Some(Unroll { header: h, body, counter, test, factor })
 }
 
 /// How the copies of an unrolled body can run two at a time in 128-bit registers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Pairs {
-    /// The index every load and store of the body uses as its last index: the counter
-    /// itself or the counter plus or minus a constant.
-    pub index: Value,
+    /// Arrays one of which is written at one index and the other accessed at another
+    /// (`y[r]` and `l[c, base + r]`): the pairs run only when they are different arrays,
+    /// which is tested before each run of copies.
+    pub distinct: Vec<(Value, Value)>,
+    /// The header parameters (by position) the body carries round as sums, `s + x`,
+    /// that run as two partial sums in the lanes of a vector, added together when the
+    /// copies end. Only in a function whose sums may be reassociated.
+    pub sums: Vec<usize>,
 }
 
 /// Whether the copies of `u`'s body can run in pairs, each `f64` value of a pair of
 /// iterations in the two lanes of one vector: the body carries nothing from one
-/// iteration to the next but its counter (every other header parameter goes round
-/// unchanged); its only memory accesses are loads and stores of `f64` elements proven
-/// in bounds, all at one index that moves with the counter in their last dimension (the
-/// others do not change in the loop); and it computes only `+ - * /`, negation,
-/// absolute values and square roots of `f64`s, whose vector forms give each lane
-/// exactly the scalar result. Two iterations then touch two different elements of every
-/// array, so doing both at once reads and writes what doing them in turn would (arrays
-/// may be the same array; they never overlap otherwise).
+/// iteration to the next but its counter and, where `reassociate` allows, sums (every
+/// other header parameter goes round unchanged); its only memory accesses are loads and
+/// stores of `f64` elements proven in bounds, whose last index moves with the counter
+/// (the counter plus or minus constants and values fixed for the loop, without
+/// overflow) and whose other indices do not change in the loop; and it computes only
+/// `+ - * /`, negation, absolute values and square roots of `f64`s, whose vector forms
+/// give each lane exactly the scalar result. Two iterations then touch two different
+/// elements of every array accessed at one index. An array written at one index and
+/// accessed at another must be another array than the one accessed (`distinct`);
+/// arrays never overlap unless they are the same array.
 pub(crate) fn pairs(
     f: &Function,
     u: &Unroll,
     proofs: &mcir_ir::bounds::Proofs,
     types: &mcir_ir::TypeTable,
+    reassociate: bool,
 ) -> Option<Pairs> {
     if u.factor % 2 != 0 {
         return None;
     }
     let Terminator::Jump(back) = &f.blocks[u.body].term else { return None };
     let params = &f.blocks[u.header].params;
+    let def = |v: Value| match f.values[v].def {
+        mcir_ir::ValueDef::Inst(i) => Some(&f.insts[i]),
+        mcir_ir::ValueDef::Param(..) => None,
+    };
+    let uses_in_loop = |v: Value| {
+        let in_insts = [u.header, u.body]
+            .iter()
+            .flat_map(|&b| f.blocks[b].insts.iter())
+            .filter(|&&i| f.insts[i].args.contains(&v))
+            .count();
+        in_insts + back.args.iter().filter(|&&a| a == v).count()
+    };
+    let mut sums = Vec::new();
     for (k, &p) in params.iter().enumerate() {
-        if p != u.counter && back.args.get(k) != Some(&p) {
+        let arg = *back.args.get(k)?;
+        if p == u.counter || arg == p {
+            continue;
+        }
+        // A sum: the back edge passes `p + x` (or `x + p`), which nothing else in the
+        // loop reads, and `p` is read by that addition only.
+        let add = def(arg)?;
+        let is_sum = reassociate
+            && f.value_type(p) == mcir_ir::TypeTable::F64
+            && add.op == Op::FBinary(FBinOp::Add)
+            && add.args.iter().filter(|&&a| a == p).count() == 1
+            && f.blocks[u.body].insts.iter().any(|&i| f.insts[i].result == Some(arg))
+            && uses_in_loop(p) == 1
+            && uses_in_loop(arg) == 1;
+        if !is_sum {
             return None;
         }
+        sums.push(k);
     }
-    // Every header parameter but the counter goes round unchanged (tested above).
     let invariant = |v: Value| u.fixed(f, v);
+    let constant = |v: Value| def(v).is_some_and(|d| matches!(d.op, Op::IConst(_)));
     let is_f64_array =
         |v: Value| types.as_array(f.value_type(v)).is_some_and(|(e, _)| e == mcir_ir::Scalar::F64);
     // The header's test is read by its branch only.
     let Terminator::Branch { cond, .. } = &f.blocks[u.header].term else { return None };
-    let mut index: Option<Value> = None;
-    let mut counter_offsets: Vec<Value> = vec![u.counter];
-    let mut memory = false;
+    // Values that move with the counter: it, and sums and differences of them with
+    // constants or fixed values.
+    let mut follows: Vec<Value> = vec![u.counter];
+    // (array, last index, store) of each access.
+    let mut accesses: Vec<(Value, Value, bool)> = Vec::new();
     for &i in &f.blocks[u.body].insts {
         let d = &f.insts[i];
         if d.args.contains(cond) {
@@ -238,15 +291,19 @@ pub(crate) fn pairs(
         }
         match &d.op {
             Op::IConst(_) | Op::FConst(_) => {}
-            Op::IBinary(mcir_ir::IBinOp::Add | mcir_ir::IBinOp::Sub) => {
-                let from_counter = d.args.first() == Some(&u.counter)
-                    && d.args.get(1).is_some_and(|&c| {
-                        matches!(f.values[c].def, mcir_ir::ValueDef::Inst(ci) if matches!(f.insts[ci].op, Op::IConst(_)))
-                    });
-                if !from_counter || !proofs.no_overflow.contains(&i) {
+            Op::IBinary(op @ (mcir_ir::IBinOp::Add | mcir_ir::IBinOp::Sub)) => {
+                let [a, b] = d.args.as_slice() else { return None };
+                let offset = |x: Value| constant(x) || invariant(x);
+                let moves = match op {
+                    mcir_ir::IBinOp::Add => {
+                        (follows.contains(a) && offset(*b)) || (follows.contains(b) && offset(*a))
+                    }
+                    _ => follows.contains(a) && offset(*b),
+                };
+                if !moves || !proofs.no_overflow.contains(&i) {
                     return None;
                 }
-                counter_offsets.extend(d.result);
+                follows.extend(d.result);
             }
             Op::Load | Op::TrustedLoad | Op::Store | Op::TrustedStore => {
                 let is_load = matches!(d.op, Op::Load | Op::TrustedLoad);
@@ -261,14 +318,10 @@ pub(crate) fn pairs(
                 }
                 let idx = &d.args[1..1 + n_idx];
                 let last = idx[n_idx - 1];
-                if !idx[..n_idx - 1].iter().all(|&v| invariant(v)) || !counter_offsets.contains(&last) {
+                if !idx[..n_idx - 1].iter().all(|&v| invariant(v)) || !follows.contains(&last) {
                     return None;
                 }
-                if index.is_some_and(|j| j != last) {
-                    return None;
-                }
-                index = Some(last);
-                memory = true;
+                accesses.push((d.args[0], last, !is_load));
             }
             Op::FBinary(FBinOp::Add | FBinOp::Sub | FBinOp::Mul | FBinOp::Div)
             | Op::FUnary(FUnOp::Neg | FUnOp::Abs | FUnOp::Sqrt) => {}
@@ -284,8 +337,27 @@ pub(crate) fn pairs(
             return None;
         }
     }
-    let index = index.filter(|_| memory)?;
-    Some(Pairs { index })
+    if accesses.is_empty() {
+        return None;
+    }
+    let mut distinct: Vec<(Value, Value)> = Vec::new();
+    for &(a, i, store) in &accesses {
+        if !store {
+            continue;
+        }
+        for &(b, j, _) in &accesses {
+            if j == i {
+                continue;
+            }
+            if a == b {
+                return None;
+            }
+            if !distinct.contains(&(a, b)) && !distinct.contains(&(b, a)) {
+                distinct.push((a, b));
+            }
+        }
+    }
+    Some(Pairs { distinct, sums })
 }
 
 #[cfg(test)]
@@ -347,7 +419,7 @@ bb3:
 }",
         )
         .expect("unrolled");
-        assert_eq!(p.test, Test::Above { floor: 0 });
+        assert!(matches!(p.test, Test::Above { .. }));
     }
 
     fn pairs_of(text: &str) -> Option<Pairs> {
@@ -355,7 +427,7 @@ bb3:
         let f = m.funcs.values().next().expect("a function");
         let cfg = ControlFlow::compute(f);
         let proofs = f.proofs();
-        cfg.rpo.iter().find_map(|&b| plan(f, b, &cfg).and_then(|u| pairs(f, &u, &proofs, &m.types)))
+        cfg.rpo.iter().find_map(|&b| plan(f, b, &cfg).and_then(|u| pairs(f, &u, &proofs, &m.types, false)))
     }
 
     #[test]
@@ -406,6 +478,89 @@ bb3:
 }"
         )
         .is_none());
+    }
+
+    fn pairs_of_with(text: &str, reassociate: bool) -> Option<Pairs> {
+        let m = mcir_ir::parse_module(text).expect("parses");
+        let f = m.funcs.values().next().expect("a function");
+        let cfg = ControlFlow::compute(f);
+        let proofs = f.proofs();
+        cfg.rpo
+            .iter()
+            .find_map(|&b| plan(f, b, &cfg).and_then(|u| pairs(f, &u, &proofs, &m.types, reassociate)))
+    }
+
+    #[test]
+    fn a_column_update_at_an_offset_runs_in_pairs_of_distinct_arrays() {
+        // for r in 0..len(y) { y[r] += l[b + r] * t } (b = len(l), a value the loop does
+        // not change): y is written at r and l read at b + r, so the pairs run when y
+        // and l are different arrays.
+        let text = "fn @f(%y_0: f64[], %l_1: f64[], %t_3: f64) {
+bb0:
+    %4: i64 = array.dim 0 %y_0
+    %5: i64 = iconst 0
+    %6: i64 = iconst 1
+    %10: i64 = array.dim 0 %l_1
+    jump bb1(%5)
+bb1(%r_11: i64):
+    %12: bool = icmp lt %r_11, %4
+    br %12, bb2, bb3
+bb2:
+    %13: i64 = iadd %10, %r_11
+    %14: f64 = load %l_1[%13]
+    %15: f64 = fmul %14, %t_3
+    %16: f64 = load %y_0[%r_11]
+    %17: f64 = fadd %16, %15
+    store %y_0[%r_11], %17
+    %18: i64 = iconst 1
+    %19: i64 = iadd %r_11, %18
+    jump bb1(%19)
+bb3:
+    ret
+}";
+        let m = mcir_ir::parse_module(text).expect("parses");
+        let f = m.funcs.values().next().expect("a function");
+        let cfg = ControlFlow::compute(f);
+        let u = cfg.rpo.iter().find_map(|&b| plan(f, b, &cfg)).expect("unrolled");
+        // With the access to l at an offset proven in bounds (as the copies' test does),
+        // the body runs in pairs once y and l are known to differ.
+        let mut proofs = f.proofs();
+        for &i in &f.blocks[u.body].insts {
+            if matches!(f.insts[i].op, Op::Load | Op::Store) {
+                proofs.in_bounds.insert(i, vec![true]);
+            }
+        }
+        let p = pairs(f, &u, &proofs, &m.types, false).expect("pairs");
+        assert_eq!(p.distinct.len(), 1);
+        assert!(p.sums.is_empty());
+    }
+
+    #[test]
+    fn sums_run_in_pairs_only_where_they_may_be_reassociated() {
+        // s += dy[i - 1] * x[i - 1], counting down to a floor that is not a constant.
+        let text = "fn @f(%dy_0: f64[], %x_1: f64[], %lo_2: i64) -> f64 {
+bb0:
+    %3: i64 = array.dim 0 %dy_0
+    %4: f64 = fconst 0.0
+    jump bb1(%4, %3)
+bb1(%s_5: f64, %i_6: i64):
+    %7: bool = icmp le %i_6, %lo_2
+    br %7, bb3, bb2
+bb2:
+    %8: i64 = iconst 1
+    %9: i64 = isub %i_6, %8
+    %10: f64 = load.trusted %dy_0[%9]
+    %11: f64 = load.trusted %x_1[%9]
+    %12: f64 = fmul %10, %11
+    %13: f64 = fadd %s_5, %12
+    jump bb1(%13, %9)
+bb3:
+    ret %s_5
+}";
+        assert_eq!(pairs_of_with(text, false), None);
+        let p = pairs_of_with(text, true).expect("pairs");
+        assert_eq!(p.sums, vec![0]);
+        assert!(p.distinct.is_empty());
     }
 
     #[test]
