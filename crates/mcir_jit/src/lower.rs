@@ -1225,6 +1225,29 @@ impl FnLower<'_, '_> {
         out
     }
 
+    /// A one-dimensional array of `n` 8-byte elements, all `value`: made inline from the
+    /// arena's window when it can be (`array_from_window`), else by the runtime function
+    /// `runtime` called with `call`, which also reports an invalid extent.
+    fn short_array(
+        &mut self,
+        n: CValue,
+        value: CValue,
+        runtime: &str,
+        call: &[CValue],
+    ) -> Result<CValue, String> {
+        let (made, fast) = self.array_from_window(n, value);
+        let slow = self.b.create_block();
+        let join = self.b.create_block();
+        let out = self.b.append_block_param(join, P);
+        self.b.ins().brif(made, join, &[fast.into()], slow, &[]);
+        self.b.switch_to_block(slow);
+        self.b.set_cold_block(slow);
+        let h = self.rt_call_checked(runtime, call).ok_or_else(|| format!("{runtime} has no result"))?;
+        self.b.ins().jump(join, &[h.into()]);
+        self.b.switch_to_block(join);
+        Ok(out)
+    }
+
     /// A one-dimensional array of `n` 8-byte elements, all `value`, made inline from
     /// the arena's current window: the header and the elements side by side, as the
     /// runtime lays them out. Returns whether it was made (`n` is small enough and the
@@ -1735,19 +1758,8 @@ impl FnLower<'_, '_> {
                 };
                 let v = if kind == ELEM_BOOL { self.b.ins().uextend(P, args[0]) } else { args[0] };
                 if kind != ELEM_BOOL && args.len() == 2 {
-                    let n = args[1];
-                    let fast = self.array_from_window(n, args[0]);
-                    let slow = self.b.create_block();
-                    let join = self.b.create_block();
-                    let out = self.b.append_block_param(join, P);
-                    self.b.ins().brif(fast.0, join, &[fast.1.into()], slow, &[]);
-                    self.b.switch_to_block(slow);
-                    self.b.set_cold_block(slow);
-                    let h = self.rt_call_checked(name, &[self.ctx, s, v, rank, dims[0], dims[1], dims[2]]);
-                    let h = h.ok_or("array fill has no result")?;
-                    self.b.ins().jump(join, &[h.into()]);
-                    self.b.switch_to_block(join);
-                    Some(out)
+                    let call = [self.ctx, s, v, rank, dims[0], dims[1], dims[2]];
+                    Some(self.short_array(args[1], args[0], name, &call)?)
                 } else {
                     self.rt_call_checked(name, &[self.ctx, s, v, rank, dims[0], dims[1], dims[2]])
                 }
@@ -1814,18 +1826,7 @@ impl FnLower<'_, '_> {
                         ELEM_F64 => self.b.ins().f64const(0.0),
                         _ => self.zero(),
                     };
-                    let fast = self.array_from_window(n, zero);
-                    let slow = self.b.create_block();
-                    let join = self.b.create_block();
-                    let out = self.b.append_block_param(join, P);
-                    self.b.ins().brif(fast.0, join, &[fast.1.into()], slow, &[]);
-                    self.b.switch_to_block(slow);
-                    self.b.set_cold_block(slow);
-                    let h = self.rt_call_checked("mc_zeros_like", &[self.ctx, s, args[0]]);
-                    let h = h.ok_or("zeros_like has no result")?;
-                    self.b.ins().jump(join, &[h.into()]);
-                    self.b.switch_to_block(join);
-                    Some(out)
+                    Some(self.short_array(n, zero, "mc_zeros_like", &[self.ctx, s, args[0]])?)
                 } else {
                     self.rt_call_checked("mc_zeros_like", &[self.ctx, s, args[0]])
                 }
