@@ -713,6 +713,37 @@ impl FnLower<'_, '_> {
         Ok(())
     }
 
+    /// `u` with four copies instead of two when its body runs in vector pairs and is
+    /// short enough (`crate::unroll::PAIRS_FOUR_UP_TO`): two pairs per pass halve the
+    /// loop control a pass pays for, and a pair's code is about one scalar copy's.
+    fn widened(&mut self, mut u: crate::unroll::Unroll) -> crate::unroll::Unroll {
+        let f = self.f;
+        let work = f.blocks[u.body]
+            .insts
+            .iter()
+            .filter(|&&i| !matches!(f.insts[i].op, Op::IConst(_) | Op::FConst(_) | Op::BConst(_)))
+            .count();
+        if u.factor != 2 || work > crate::unroll::PAIRS_FOUR_UP_TO {
+            return u;
+        }
+        let guarded = self.guarded_accesses(u);
+        let saved: Vec<(mcir_ir::Inst, Option<Vec<bool>>)> = guarded
+            .iter()
+            .map(|g| (g.inst, self.proofs.in_bounds.insert(g.inst, vec![true; g.n_idx])))
+            .collect();
+        let pairs = crate::unroll::pairs(f, &u, &self.proofs, &self.l.module.types, f.is_reverse_pass());
+        for (inst, proven) in saved {
+            match proven {
+                Some(p) => self.proofs.in_bounds.insert(inst, p),
+                None => self.proofs.in_bounds.remove(&inst),
+            };
+        }
+        if pairs.is_some() {
+            u.factor = 4;
+        }
+        u
+    }
+
     /// Whether the next `u.factor` iterations from `counter` cannot all run as copies:
     /// the loop's test would fail before, an index of a guarded access would leave its
     /// extent, or two arrays that must differ (`distinct`) are the same array. The
@@ -998,7 +1029,9 @@ impl FnLower<'_, '_> {
                 self.interrupt_check(site);
             } else if cfg.latches(b).next().is_some() {
                 let site = self.site(first_span);
-                let unroll = crate::unroll::plan(f, b, &cfg).filter(|u| self.may_copy(u.body));
+                let unroll = crate::unroll::plan(f, b, &cfg)
+                    .filter(|u| self.may_copy(u.body))
+                    .map(|u| self.widened(u));
                 match (unit_step_param(f, b, &cfg), unroll) {
                     (Some(p), Some(u)) => {
                         // Both loops pass a counter value that is a multiple of 1024

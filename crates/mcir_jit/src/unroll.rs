@@ -97,6 +97,8 @@ impl Unroll {
 /// twice.
 const FOUR_UP_TO: usize = 8;
 const TWO_UP_TO: usize = 24;
+/// The most instructions of a body that runs in vector pairs, four iterations a pass.
+pub(crate) const PAIRS_FOUR_UP_TO: usize = 16;
 
 /// The unrolling of the loop whose header is `h`, if it is one this module handles: the
 /// header computes nothing but constants, its test and integer arithmetic on values
