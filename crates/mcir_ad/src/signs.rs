@@ -94,17 +94,8 @@ pub(crate) fn sink_negations(mut f: Function) -> Function {
         }
         f.blocks[b].insts = out;
     }
-    if same.is_empty() {
-        return f;
-    }
     // Uses the walk did not reach (terminators, and uses before a definition in block
     // order) read the equal value too.
-    let resolve = |mut v: Value| {
-        while let Some(&w) = same.get(&v) {
-            v = w;
-        }
-        v
-    };
-    f.map_uses(resolve);
+    f.substitute(&same);
     f
 }

@@ -116,13 +116,9 @@ pub fn eliminate_common_subexpressions(mut f: Function, types: &TypeTable) -> Fu
             work.push(Step::Enter(c));
         }
     }
-    if subst.is_empty() {
-        return f;
-    }
     // Uses in terminators, and in blocks the walk reached before a value's replacement
     // was known (a loop header's parameters flow back from its latch).
-    let resolve = |v: Value| *subst.get(&v).unwrap_or(&v);
-    f.map_uses(resolve);
+    f.substitute(&subst);
     f
 }
 

@@ -188,6 +188,22 @@ impl Function {
         self.values[v].ty
     }
 
+    /// Every use of a value that `subst` replaces reads its replacement instead, following
+    /// chains (`a → b → c` reads `c`): what a pass that found values equal to others does
+    /// once it knows them all. Each replacement must be a value defined before the one it
+    /// replaces, so that chains end.
+    pub fn substitute(&mut self, subst: &std::collections::HashMap<Value, Value>) {
+        if subst.is_empty() {
+            return;
+        }
+        self.map_uses(|mut v| {
+            while let Some(&w) = subst.get(&v) {
+                v = w;
+            }
+            v
+        });
+    }
+
     /// Every use of a value, by instructions and terminators, reads `map(value)` instead:
     /// what a pass that found values equal to others does once it knows them all.
     pub fn map_uses(&mut self, map: impl Fn(Value) -> Value) {

@@ -81,14 +81,7 @@ fn fold_projections(mut f: Function, types: &TypeTable) -> Function {
     if subst.is_empty() {
         return f;
     }
-    let resolve = |v: Value| {
-        let mut v = v;
-        while let Some(&n) = subst.get(&v) {
-            v = n;
-        }
-        v
-    };
-    f.map_uses(resolve);
+    f.substitute(&subst);
     for &b in &blocks {
         // The folded projections have no readers left.
         let folded: Vec<Inst> = f.blocks[b].insts.clone();

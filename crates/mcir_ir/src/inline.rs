@@ -170,14 +170,7 @@ fn inline_into(mut f: Function, module: &Module, can: &[bool]) -> Function {
     }
     // Uses of the calls' results read the inlined results instead (a chain of inlined
     // calls may map one result to another).
-    let resolve = |v: Value| {
-        let mut v = v;
-        while let Some(&n) = subst.get(&v) {
-            v = n;
-        }
-        v
-    };
-    f.map_uses(resolve);
+    f.substitute(&subst);
     // Drop the replaced calls and their results.
     f.into_rebuilt(&blocks)
 }

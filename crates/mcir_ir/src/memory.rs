@@ -175,16 +175,8 @@ fn forward_once(f: &mut Function, adjoint: bool) -> bool {
         kept.retain(|i| !dropped.contains(i));
         f.blocks[b].insts = kept;
     }
-    if !subst.is_empty() {
-        // Uses in terminators and in blocks visited before the replacement was known.
-        let resolve = |mut v: Value| {
-            while let Some(&w) = subst.get(&v) {
-                v = w;
-            }
-            v
-        };
-        f.map_uses(resolve);
-    }
+    // Uses in terminators and in blocks visited before the replacement was known.
+    f.substitute(&subst);
     changed
 }
 
