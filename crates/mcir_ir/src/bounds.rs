@@ -388,9 +388,10 @@ fn reversed_below_extent(f: &Function, valid: &[&Fact], idx: Value, a: Value, di
 pub struct Proofs {
     /// For each load and store with a proven index, which of its indices are in bounds.
     pub in_bounds: std::collections::HashMap<Inst, Vec<bool>>,
-    /// Additions `p + 1` of a counter tested `p < bound`, subtractions of a
-    /// non-negative constant from a value shown non-negative, and additions,
-    /// subtractions and products whose range lies within `i64`: they cannot overflow.
+    /// Integer operations that cannot fail: additions `p + 1` of a counter tested
+    /// `p < bound`, subtractions of a non-negative constant from a value shown
+    /// non-negative, additions, subtractions and products whose range lies within
+    /// `i64`, and divisions and remainders by a constant other than 0 and -1.
     pub no_overflow: std::collections::HashSet<Inst>,
 }
 
@@ -405,9 +406,16 @@ impl Function {
         for &b in &cfg.rpo {
             for &inst in &self.blocks[b].insts {
                 let d = &self.insts[inst];
-                if matches!(d.op, Op::IBinary(IBinOp::Add | IBinOp::Sub | IBinOp::Mul))
-                    && ranges.result_range(d, b).is_some_and(Range::fits)
-                {
+                let safe = match (&d.op, d.args.as_slice()) {
+                    (Op::IBinary(IBinOp::Add | IBinOp::Sub | IBinOp::Mul), _) => {
+                        ranges.result_range(d, b).is_some_and(Range::fits)
+                    }
+                    (Op::IBinary(IBinOp::Div | IBinOp::Rem), [_, k]) => {
+                        const_of(self, *k).is_some_and(|k| k != 0 && k != -1)
+                    }
+                    _ => false,
+                };
+                if safe {
                     out.no_overflow.insert(inst);
                 }
             }
@@ -610,8 +618,9 @@ bb5:
     ret %acc_4
 }
 ";
-        // Everything but the accumulation `%17`, whose range is not known.
-        assert_eq!(no_overflow(ir), vec![9, 11, 12, 15, 16, 18, 20]);
+        // Everything but the accumulation `%17`, whose range is not known (the division
+        // by the constant 2, `%14`, cannot fail either).
+        assert_eq!(no_overflow(ir), vec![9, 11, 12, 14, 15, 16, 18, 20]);
     }
 
     #[test]

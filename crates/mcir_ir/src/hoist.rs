@@ -114,33 +114,10 @@ pub fn fold_and_hoist_derived(f: Function, types: &TypeTable) -> Function {
 fn hoist_invariants(mut f: Function, types: &TypeTable, peeks: bool) -> Function {
     let cfg = ControlFlow::compute(&f);
     // Integer arithmetic that cannot fail moves too (`j * d - j * (j + 1) / 2`, a
-    // packed triangle's column start): additions, subtractions and products that range
-    // analysis shows within `i64` (their operands, fixed in the loop, have the same
-    // ranges in front of it), and divisions by a constant other than 0 and -1.
-    let safe_ints: HashSet<Inst> = {
-        let mut safe: HashSet<Inst> = f.proofs().no_overflow;
-        for (_, data) in f.blocks.iter() {
-            for &i in &data.insts {
-                let d = &f.insts[i];
-                if let (Op::IBinary(crate::op::IBinOp::Div | crate::op::IBinOp::Rem), [_, b]) =
-                    (&d.op, d.args.as_slice())
-                {
-                    let divisor = match f.values[*b].def {
-                        ValueDef::Inst(c) => match f.insts[c].op {
-                            Op::IConst(k) => Some(k),
-                            _ => None,
-                        },
-                        ValueDef::Param(..) => None,
-                    };
-                    if divisor.is_some_and(|k| k != 0 && k != -1) {
-                        safe.insert(i);
-                    }
-                }
-            }
-        }
-        safe.retain(|&i| matches!(f.insts[i].op, Op::IBinary(_)));
-        safe
-    };
+    // packed triangle's column start): what range analysis shows within `i64` (the
+    // operands, fixed in the loop, have the same ranges in front of it), and divisions by
+    // a constant other than 0 and -1.
+    let safe_ints = f.proofs().no_overflow;
     // Inner loops first, so that what leaves an inner loop can leave its outer one too.
     let headers: Vec<Block> =
         cfg.rpo.iter().rev().copied().filter(|&h| cfg.latches(h).next().is_some()).collect();

@@ -1707,6 +1707,9 @@ impl FnLower<'_, '_> {
                     IBinOp::Add if self.proofs.no_overflow.contains(&inst) => self.b.ins().iadd(a, b),
                     IBinOp::Sub if self.proofs.no_overflow.contains(&inst) => self.b.ins().isub(a, b),
                     IBinOp::Mul if self.proofs.no_overflow.contains(&inst) => self.b.ins().imul(a, b),
+                    // A constant divisor other than 0 and -1.
+                    IBinOp::Div if self.proofs.no_overflow.contains(&inst) => self.b.ins().sdiv(a, b),
+                    IBinOp::Rem if self.proofs.no_overflow.contains(&inst) => self.b.ins().srem(a, b),
                     IBinOp::Add | IBinOp::Sub | IBinOp::Mul => {
                         let (r, of) = match op {
                             IBinOp::Add => self.b.ins().sadd_overflow(a, b),
