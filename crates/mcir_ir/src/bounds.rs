@@ -93,34 +93,31 @@ fn loop_facts(f: &Function, cfg: &ControlFlow, ranges: Option<&Ranges>) -> Vec<F
         let Some(test) = defining(f, *cond) else { continue };
         let (Op::ICmp(CmpOp::Lt), [p, bound]) = (&test.op, test.args.as_slice()) else { continue };
         let Some(k) = data.params.iter().position(|x| x == p) else { continue };
-        let preds = &cfg.preds[h.index()];
-        let mut ok = !preds.is_empty();
+        let mut ok = !cfg.preds[h.index()].is_empty();
         let mut start = (i64::MAX, i64::MIN);
-        for &pred in preds {
-            for call in f.blocks[pred].term.successors().filter(|c| c.block == h) {
-                let Some(&arg) = call.args.get(k) else {
-                    ok = false;
-                    continue;
-                };
-                let is_step = defining(f, arg).is_some_and(|d| {
-                    matches!(d.op, Op::IBinary(IBinOp::Add))
-                        && ((d.args[0] == *p && const_of(f, d.args[1]) == Some(1))
-                            || (d.args[1] == *p && const_of(f, d.args[0]) == Some(1)))
-                });
-                let first = match (const_of(f, arg), ranges) {
-                    (Some(c), _) => Some((c, c)),
-                    (None, Some(r)) if !is_step => {
-                        let range = r.at(arg, pred, 0);
-                        (range.lo >= 0 && range.fits()).then_some((range.lo as i64, range.hi as i64))
-                    }
-                    _ => None,
+        for (pred, arg) in cfg.incoming_args(f, h, k) {
+            let Some(arg) = arg else {
+                ok = false;
+                continue;
+            };
+            let is_step = defining(f, arg).is_some_and(|d| {
+                matches!(d.op, Op::IBinary(IBinOp::Add))
+                    && ((d.args[0] == *p && const_of(f, d.args[1]) == Some(1))
+                        || (d.args[1] == *p && const_of(f, d.args[0]) == Some(1)))
+            });
+            let first = match (const_of(f, arg), ranges) {
+                (Some(c), _) => Some((c, c)),
+                (None, Some(r)) if !is_step => {
+                    let range = r.at(arg, pred, 0);
+                    (range.lo >= 0 && range.fits()).then_some((range.lo as i64, range.hi as i64))
                 }
-                .filter(|&(lo, _)| lo >= 0);
-                if let Some((lo, hi)) = first {
-                    start = (start.0.min(lo), start.1.max(hi));
-                }
-                ok &= is_step || first.is_some();
+                _ => None,
             }
+            .filter(|&(lo, _)| lo >= 0);
+            if let Some((lo, hi)) = first {
+                start = (start.0.min(lo), start.1.max(hi));
+            }
+            ok &= is_step || first.is_some();
         }
         if let (true, Some(body), true) = (ok, only_entry(cfg, then_dest), start.0 <= start.1) {
             out.push(Fact { index: *p, bound: *bound, body, header: h, start });
@@ -141,6 +138,11 @@ impl Range {
 
     fn fits(self) -> bool {
         self.lo >= i64::MIN as i128 && self.hi <= i64::MAX as i128
+    }
+
+    /// The smallest range holding both.
+    fn union(self, other: Range) -> Range {
+        Range { lo: self.lo.min(other.lo), hi: self.hi.max(other.hi) }
     }
 
     /// The range of a value that an `i64` operation produced (it would have failed
@@ -172,15 +174,11 @@ fn down_facts(f: &Function, cfg: &ControlFlow) -> Vec<DownFact> {
         let Some(body) = only_entry(cfg, else_dest) else { continue };
         let mut starts = Vec::new();
         let mut ok = true;
-        for &pred in &cfg.preds[h.index()] {
-            for call in f.blocks[pred].term.successors().filter(|c| c.block == h) {
-                let Some(&arg) = call.args.get(k) else {
-                    ok = false;
-                    continue;
-                };
-                if !is_down_step(f, cfg, arg, *p, 4) {
-                    starts.push((arg, pred));
-                }
+        for (pred, arg) in cfg.incoming_args(f, h, k) {
+            match arg {
+                None => ok = false,
+                Some(arg) if !is_down_step(f, cfg, arg, *p, 4) => starts.push((arg, pred)),
+                Some(_) => {}
             }
         }
         if ok && !starts.is_empty() {
@@ -198,16 +196,9 @@ fn is_down_step(f: &Function, cfg: &ControlFlow, arg: Value, p: Value, depth: u3
         ValueDef::Inst(_) => defining(f, arg).is_some_and(|d| {
             d.op == Op::IBinary(IBinOp::Sub) && d.args[0] == p && const_of(f, d.args[1]) == Some(1)
         }),
-        ValueDef::Param(b, k) if depth > 0 && arg != p => {
-            let mut incoming = cfg.preds[b.index()].iter().flat_map(|&pred| {
-                f.blocks[pred]
-                    .term
-                    .successors()
-                    .filter(|c| c.block == b)
-                    .map(|c| c.args.get(k as usize).copied())
-            });
-            incoming.all(|a| a.is_some_and(|a| a == arg || is_down_step(f, cfg, a, p, depth - 1)))
-        }
+        ValueDef::Param(b, k) if depth > 0 && arg != p => cfg
+            .incoming_args(f, b, k as usize)
+            .all(|(_, a)| a.is_some_and(|a| a == arg || is_down_step(f, cfg, a, p, depth - 1))),
         ValueDef::Param(..) => false,
     }
 }
@@ -272,17 +263,11 @@ impl<'a> Ranges<'a> {
             return Range::FULL;
         }
         let mut out: Option<Range> = None;
-        for &pred in &self.cfg.preds[b.index()] {
-            for call in self.f.blocks[pred].term.successors().filter(|c| c.block == b) {
-                let Some(&arg) = call.args.get(k as usize) else { return Range::FULL };
-                if arg == v {
-                    continue;
-                }
+        for (pred, arg) in self.cfg.incoming_args(self.f, b, k as usize) {
+            let Some(arg) = arg else { return Range::FULL };
+            if arg != v {
                 let r = self.at(arg, pred, depth + 1);
-                out = Some(match out {
-                    None => r,
-                    Some(o) => Range { lo: o.lo.min(r.lo), hi: o.hi.max(r.hi) },
-                });
+                out = Some(out.map_or(r, |o| o.union(r)));
             }
         }
         out.unwrap_or(Range::FULL)
@@ -294,10 +279,7 @@ impl<'a> Ranges<'a> {
         let mut start: Option<Range> = None;
         for &(arg, pred) in &down.starts {
             let r = self.at(arg, pred, depth + 1);
-            start = Some(match start {
-                None => r,
-                Some(s) => Range { lo: s.lo.min(r.lo), hi: s.hi.max(r.hi) },
-            });
+            start = Some(start.map_or(r, |s| s.union(r)));
         }
         let Some(start) = start else { return Range::FULL };
         let floor = self.at(down.floor, down.header, depth + 1);
@@ -337,10 +319,7 @@ impl<'a> Ranges<'a> {
                 }
             }
             // Either operand: a reverse pass's trip count `select(0 < n, n, 0)`, say.
-            Op::Select => {
-                let (x, y) = (arg(1), arg(2));
-                Range { lo: x.lo.min(y.lo), hi: x.hi.max(y.hi) }
-            }
+            Op::Select => arg(1).union(arg(2)),
             _ => return None,
         })
     }

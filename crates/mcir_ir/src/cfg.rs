@@ -1,7 +1,7 @@
 //! Control-flow analyses: predecessors, reverse post-order and dominators.
 
 use crate::entity::EntityRef;
-use crate::function::{Block, Function};
+use crate::function::{Block, Function, Value};
 
 /// The control-flow graph of a function, with reverse post-order and dominators.
 #[derive(Clone, Debug)]
@@ -138,6 +138,23 @@ impl ControlFlow {
             _ => false,
         }
     }
+    /// What each edge into block `b` passes as `b`'s parameter `k`, with the block the
+    /// edge leaves (`None` for an edge that passes too few arguments).
+    pub fn incoming_args<'a>(
+        &'a self,
+        f: &'a Function,
+        b: Block,
+        k: usize,
+    ) -> impl Iterator<Item = (Block, Option<Value>)> + 'a {
+        self.preds.get(b.index()).into_iter().flatten().flat_map(move |&pred| {
+            f.blocks[pred]
+                .term
+                .successors()
+                .filter(move |c| c.block == b)
+                .map(move |c| (pred, c.args.get(k).copied()))
+        })
+    }
+
     /// The blocks whose edges into `h` are back edges (not before `h` in reverse
     /// post-order), one per edge; `h` is a loop header when there is one.
     pub fn latches(&self, h: Block) -> impl Iterator<Item = Block> + '_ {

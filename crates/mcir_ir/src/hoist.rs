@@ -139,9 +139,7 @@ fn hoist_invariants(mut f: Function, types: &TypeTable, peeks: bool) -> Function
         };
         let mut carried: HashMap<Value, Value> = HashMap::new();
         for (k, &p) in f.blocks[h].params.iter().enumerate() {
-            let unchanged = cfg.latches(h).all(|l| {
-                f.blocks[l].term.successors().filter(|c| c.block == h).all(|c| c.args.get(k) == Some(&p))
-            });
+            let unchanged = cfg.incoming_args(&f, h, k).all(|(from, a)| from == pre || a == Some(p));
             if let (true, Some(&a)) = (unchanged, entry_args.get(k)) {
                 carried.insert(p, a);
             }
