@@ -259,7 +259,6 @@ fn fixed_allocation(op: &Op, nargs: usize) -> Option<i64> {
     Some((bytes + 7) / 8 * 8)
 }
 
-/// The copies of an unrolled loop's body being lowered, for addresses that step.
 /// A load or store of an unrolled body whose indices the test in front of the copies
 /// checks once for all of them (see `FnLower::guarded_accesses`).
 struct Guarded {
@@ -270,6 +269,7 @@ struct Guarded {
     dims: Vec<(usize, bool)>,
 }
 
+/// The copies of an unrolled loop's body being lowered, for addresses that step.
 struct Stepped {
     /// The loop, and by how much its counter moves from one copy to the next.
     unroll: crate::unroll::Unroll,
@@ -595,10 +595,7 @@ impl FnLower<'_, '_> {
         // the counter, into arrays the loop does not make: the copies run only when the
         // indices of all of them are in bounds, and need no check there.
         let guarded = self.guarded_accesses(u);
-        let saved_proofs: Vec<(mcir_ir::Inst, Option<Vec<bool>>)> = guarded
-            .iter()
-            .map(|g| (g.inst, self.proofs.in_bounds.insert(g.inst, vec![true; g.n_idx])))
-            .collect();
+        let saved_proofs = self.trust_guarded(&guarded);
         let reassociate = f.is_reverse_pass();
         let pairs = crate::unroll::pairs(f, &u, &self.proofs, &self.l.module.types, reassociate);
         let distinct = pairs.as_ref().map(|p| p.distinct.clone()).unwrap_or_default();
@@ -638,19 +635,8 @@ impl FnLower<'_, '_> {
                 self.b.ins().jump(vloop, &start);
                 self.b.switch_to_block(vloop);
                 self.poll_every(vcounter, site, 1023 & !(u.factor - 1));
-                let mut c = vcounter;
-                let mut lanes_in: HashMap<Value, CValue> =
-                    pairs.sums.iter().zip(&vsums).map(|(&k, &v)| (params[k], v)).collect();
-                for _ in 0..u.factor / 2 {
-                    self.vals[u.counter.index()] = Some(c);
-                    self.block_insts(h)?;
-                    let lanes = self.paired_body(u.body, up, &lanes_in)?;
-                    for &k in &pairs.sums {
-                        let next = *lanes.get(&back.args[k]).ok_or("a sum left its lanes")?;
-                        lanes_in.insert(params[k], next);
-                    }
-                    c = self.b.ins().iadd_imm_s(c, if up { 2 } else { -2 });
-                }
+                let carried = pairs.sums.iter().zip(&vsums).map(|(&k, &v)| (params[k], v)).collect();
+                let (c, lanes_in) = self.pair_copies(h, u, vcounter, carried, &pairs.sums)?;
                 let more_short = self.copies_cannot_run(u, c, &guarded, &distinct)?;
                 let mut out: Vec<cranelift_codegen::ir::BlockArg> = vec![c.into()];
                 for &k in &pairs.sums {
@@ -667,19 +653,10 @@ impl FnLower<'_, '_> {
                 }
             }
             Some(_) => {
-                for pair in 0..u.factor / 2 {
-                    if pair > 0 {
-                        for (k, p) in params.iter().enumerate() {
-                            self.vals[p.index()] = args.get(k).copied();
-                        }
-                    }
-                    self.block_insts(h)?;
-                    self.paired_body(u.body, up, &HashMap::new())?;
-                    let c = self.v(u.counter)?;
-                    let next = self.b.ins().iadd_imm_s(c, if up { 2 } else { -2 });
-                    args = params.iter().map(|&p| self.v(p)).collect::<Result<_, _>>()?;
-                    args[counter_at] = next;
-                }
+                // Every other header parameter goes round unchanged.
+                let (c, _) = self.pair_copies(h, u, counter, HashMap::new(), &[])?;
+                args = params.iter().map(|&p| self.v(p)).collect::<Result<_, _>>()?;
+                args[counter_at] = c;
             }
             None => {
                 let delta = if up { 1 } else { -1 };
@@ -703,14 +680,56 @@ impl FnLower<'_, '_> {
             self.vals[p.index()] = v;
         }
         // The loop as written, for the last iterations, checks them again.
-        for (inst, proven) in saved_proofs {
+        self.restore_proofs(saved_proofs);
+        self.b.switch_to_block(rest);
+        Ok(())
+    }
+
+    /// `u.factor / 2` pairs of iterations of loop `h` from counter value `c`, the sums
+    /// at header positions `sums` carried from pair to pair in the vectors `carried`
+    /// (header parameter to vector): returns the counter after them and the sums'
+    /// vectors then.
+    fn pair_copies(
+        &mut self,
+        h: mcir_ir::Block,
+        u: crate::unroll::Unroll,
+        mut c: CValue,
+        mut carried: HashMap<Value, CValue>,
+        sums: &[usize],
+    ) -> Result<(CValue, HashMap<Value, CValue>), String> {
+        let f = self.f;
+        let up = matches!(u.test, crate::unroll::Test::Below { .. });
+        let Terminator::Jump(back) = &f.blocks[u.body].term else {
+            return Err("an unrolled loop's body must jump back to its header".into());
+        };
+        let params = &f.blocks[h].params;
+        for _ in 0..u.factor / 2 {
+            self.vals[u.counter.index()] = Some(c);
+            self.block_insts(h)?;
+            let lanes = self.paired_body(u.body, up, &carried)?;
+            for &k in sums {
+                let next = *lanes.get(&back.args[k]).ok_or("a sum left its lanes")?;
+                carried.insert(params[k], next);
+            }
+            c = self.b.ins().iadd_imm_s(c, if up { 2 } else { -2 });
+        }
+        Ok((c, carried))
+    }
+
+    /// Marks every index of the `guarded` accesses in bounds, as it is in the copies the
+    /// test in front of them admits; returns what the proofs held before.
+    fn trust_guarded(&mut self, guarded: &[Guarded]) -> Vec<(mcir_ir::Inst, Option<Vec<bool>>)> {
+        guarded.iter().map(|g| (g.inst, self.proofs.in_bounds.insert(g.inst, vec![true; g.n_idx]))).collect()
+    }
+
+    /// Puts back what `trust_guarded` replaced.
+    fn restore_proofs(&mut self, saved: Vec<(mcir_ir::Inst, Option<Vec<bool>>)>) {
+        for (inst, proven) in saved {
             match proven {
                 Some(p) => self.proofs.in_bounds.insert(inst, p),
                 None => self.proofs.in_bounds.remove(&inst),
             };
         }
-        self.b.switch_to_block(rest);
-        Ok(())
     }
 
     /// `u` with four copies instead of two when its body runs in vector pairs and is
@@ -727,17 +746,9 @@ impl FnLower<'_, '_> {
             return u;
         }
         let guarded = self.guarded_accesses(u);
-        let saved: Vec<(mcir_ir::Inst, Option<Vec<bool>>)> = guarded
-            .iter()
-            .map(|g| (g.inst, self.proofs.in_bounds.insert(g.inst, vec![true; g.n_idx])))
-            .collect();
+        let saved = self.trust_guarded(&guarded);
         let pairs = crate::unroll::pairs(f, &u, &self.proofs, &self.l.module.types, f.is_reverse_pass());
-        for (inst, proven) in saved {
-            match proven {
-                Some(p) => self.proofs.in_bounds.insert(inst, p),
-                None => self.proofs.in_bounds.remove(&inst),
-            };
-        }
+        self.restore_proofs(saved);
         if pairs.is_some() {
             u.factor = 4;
         }
@@ -848,26 +859,12 @@ impl FnLower<'_, '_> {
     /// not proven.
     fn guarded_accesses(&self, u: crate::unroll::Unroll) -> Vec<Guarded> {
         let f = self.f;
-        let mut follows: Vec<Value> = vec![u.counter];
+        let follows = u.moving_values(f, &self.proofs);
         let mut out = Vec::new();
         for &inst in &f.blocks[u.body].insts {
             let d = &f.insts[inst];
-            match d.op {
-                Op::IBinary(IBinOp::Add | IBinOp::Sub) => {
-                    let [a, b] = d.args.as_slice() else { continue };
-                    let offset = |x: Value| {
-                        u.fixed(f, x)
-                            || matches!(f.values[x].def, mcir_ir::ValueDef::Inst(j) if matches!(f.insts[j].op, Op::IConst(_)))
-                    };
-                    let moves = (follows.contains(a) && offset(*b))
-                        || (d.op == Op::IBinary(IBinOp::Add) && follows.contains(b) && offset(*a));
-                    if moves && self.proofs.no_overflow.contains(&inst) {
-                        follows.extend(d.result);
-                    }
-                    continue;
-                }
-                Op::Load | Op::Store => {}
-                _ => continue,
+            if !matches!(d.op, Op::Load | Op::Store) {
+                continue;
             }
             let n_idx = if d.op == Op::Load { d.args.len() - 1 } else { d.args.len() - 2 };
             let Some(&array) = d.args.first() else { continue };

@@ -91,6 +91,30 @@ impl Unroll {
             _ => false,
         }
     }
+
+    /// The values of the body that move with the counter, the counter first: it, and
+    /// sums and differences of them with constants or values fixed for the loop
+    /// (`base + r`), when range analysis shows they cannot overflow. From one iteration
+    /// to the next each moves as the counter does.
+    pub fn moving_values(&self, f: &Function, proofs: &mcir_ir::bounds::Proofs) -> Vec<Value> {
+        let constant = |x: Value| matches!(f.values[x].def, mcir_ir::ValueDef::Inst(j) if matches!(f.insts[j].op, Op::IConst(_)));
+        let offset = |x: Value| constant(x) || self.fixed(f, x);
+        let mut moving = vec![self.counter];
+        for &i in &f.blocks[self.body].insts {
+            let d = &f.insts[i];
+            let (Op::IBinary(op @ (mcir_ir::IBinOp::Add | mcir_ir::IBinOp::Sub)), [a, b]) =
+                (&d.op, d.args.as_slice())
+            else {
+                continue;
+            };
+            let moves = (moving.contains(a) && offset(*b))
+                || (*op == mcir_ir::IBinOp::Add && moving.contains(b) && offset(*a));
+            if moves && proofs.no_overflow.contains(&i) {
+                moving.extend(d.result);
+            }
+        }
+        moving
+    }
 }
 
 /// The most instructions (other than constants) of a body run four at a time, and
@@ -276,14 +300,12 @@ pub(crate) fn pairs(
         sums.push(k);
     }
     let invariant = |v: Value| u.fixed(f, v);
-    let constant = |v: Value| def(v).is_some_and(|d| matches!(d.op, Op::IConst(_)));
     let is_f64_array =
         |v: Value| types.as_array(f.value_type(v)).is_some_and(|(e, _)| e == mcir_ir::Scalar::F64);
     // The header's test is read by its branch only.
     let Terminator::Branch { cond, .. } = &f.blocks[u.header].term else { return None };
-    // Values that move with the counter: it, and sums and differences of them with
-    // constants or fixed values.
-    let mut follows: Vec<Value> = vec![u.counter];
+    // Values that move with the counter; every integer sum or difference must be one.
+    let moving = u.moving_values(f, proofs);
     // (array, last index, store) of each access.
     let mut accesses: Vec<(Value, Value, bool)> = Vec::new();
     for &i in &f.blocks[u.body].insts {
@@ -293,19 +315,10 @@ pub(crate) fn pairs(
         }
         match &d.op {
             Op::IConst(_) | Op::FConst(_) => {}
-            Op::IBinary(op @ (mcir_ir::IBinOp::Add | mcir_ir::IBinOp::Sub)) => {
-                let [a, b] = d.args.as_slice() else { return None };
-                let offset = |x: Value| constant(x) || invariant(x);
-                let moves = match op {
-                    mcir_ir::IBinOp::Add => {
-                        (follows.contains(a) && offset(*b)) || (follows.contains(b) && offset(*a))
-                    }
-                    _ => follows.contains(a) && offset(*b),
-                };
-                if !moves || !proofs.no_overflow.contains(&i) {
+            Op::IBinary(mcir_ir::IBinOp::Add | mcir_ir::IBinOp::Sub) => {
+                if !d.result.is_some_and(|r| moving.contains(&r)) {
                     return None;
                 }
-                follows.extend(d.result);
             }
             Op::Load | Op::TrustedLoad | Op::Store | Op::TrustedStore => {
                 let is_load = matches!(d.op, Op::Load | Op::TrustedLoad);
@@ -320,7 +333,7 @@ pub(crate) fn pairs(
                 }
                 let idx = &d.args[1..1 + n_idx];
                 let last = idx[n_idx - 1];
-                if !idx[..n_idx - 1].iter().all(|&v| invariant(v)) || !follows.contains(&last) {
+                if !idx[..n_idx - 1].iter().all(|&v| invariant(v)) || !moving.contains(&last) {
                     return None;
                 }
                 accesses.push((d.args[0], last, !is_load));
