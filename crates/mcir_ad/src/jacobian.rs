@@ -243,10 +243,7 @@ fn jacobian_passes(
 
 /// The op and operands of the instruction defining `v`, if an instruction does.
 fn single_value_def(f: &Function, v: Value) -> Option<(Op, Vec<Value>)> {
-    match f.values[v].def {
-        mcir_ir::ValueDef::Inst(i) => Some((f.insts[i].op.clone(), f.insts[i].args.clone())),
-        mcir_ir::ValueDef::Param(..) => None,
-    }
+    f.defining(v).map(|d| (d.op.clone(), d.args.clone()))
 }
 
 /// The forward pass the coefficients are emitted into.

@@ -27,20 +27,6 @@ struct Fact {
     start: (i64, i64),
 }
 
-fn defining(f: &Function, v: Value) -> Option<&InstData> {
-    match f.values.get(v)?.def {
-        ValueDef::Inst(i) => f.insts.get(i),
-        ValueDef::Param(..) => None,
-    }
-}
-
-fn const_of(f: &Function, v: Value) -> Option<i64> {
-    match defining(f, v)?.op {
-        Op::IConst(c) => Some(c),
-        _ => None,
-    }
-}
-
 /// A value known to be at least 0 in the blocks dominated by `body`.
 struct NonNegative {
     value: Value,
@@ -58,9 +44,9 @@ fn non_negative(f: &Function, cfg: &ControlFlow) -> Vec<NonNegative> {
     let mut out = Vec::new();
     for (_, data) in f.blocks.iter() {
         let Terminator::Branch { cond, then_dest, else_dest } = &data.term else { continue };
-        let Some(test) = defining(f, *cond) else { continue };
+        let Some(test) = f.defining(*cond) else { continue };
         let [x, k] = test.args.as_slice() else { continue };
-        if const_of(f, *k).is_none_or(|k| k < -1) {
+        if f.const_int(*k).is_none_or(|k| k < -1) {
             continue;
         }
         let body = match test.op {
@@ -90,7 +76,7 @@ fn loop_facts(f: &Function, cfg: &ControlFlow, ranges: Option<&Ranges>) -> Vec<F
     let mut out = Vec::new();
     for (h, data) in f.blocks.iter() {
         let Terminator::Branch { cond, then_dest, .. } = &data.term else { continue };
-        let Some(test) = defining(f, *cond) else { continue };
+        let Some(test) = f.defining(*cond) else { continue };
         let (Op::ICmp(CmpOp::Lt), [p, bound]) = (&test.op, test.args.as_slice()) else { continue };
         let Some(k) = data.params.iter().position(|x| x == p) else { continue };
         let mut ok = !cfg.preds[h.index()].is_empty();
@@ -100,12 +86,12 @@ fn loop_facts(f: &Function, cfg: &ControlFlow, ranges: Option<&Ranges>) -> Vec<F
                 ok = false;
                 continue;
             };
-            let is_step = defining(f, arg).is_some_and(|d| {
+            let is_step = f.defining(arg).is_some_and(|d| {
                 matches!(d.op, Op::IBinary(IBinOp::Add))
-                    && ((d.args[0] == *p && const_of(f, d.args[1]) == Some(1))
-                        || (d.args[1] == *p && const_of(f, d.args[0]) == Some(1)))
+                    && ((d.args[0] == *p && f.const_int(d.args[1]) == Some(1))
+                        || (d.args[1] == *p && f.const_int(d.args[0]) == Some(1)))
             });
-            let first = match (const_of(f, arg), ranges) {
+            let first = match (f.const_int(arg), ranges) {
                 (Some(c), _) => Some((c, c)),
                 (None, Some(r)) if !is_step => {
                     let range = r.at(arg, pred, 0);
@@ -168,7 +154,7 @@ fn down_facts(f: &Function, cfg: &ControlFlow) -> Vec<DownFact> {
     let mut out = Vec::new();
     for (h, data) in f.blocks.iter() {
         let Terminator::Branch { cond, else_dest, .. } = &data.term else { continue };
-        let Some(test) = defining(f, *cond) else { continue };
+        let Some(test) = f.defining(*cond) else { continue };
         let (Op::ICmp(CmpOp::Le), [p, floor]) = (&test.op, test.args.as_slice()) else { continue };
         let Some(k) = data.params.iter().position(|x| x == p) else { continue };
         let Some(body) = only_entry(cfg, else_dest) else { continue };
@@ -193,8 +179,8 @@ fn down_facts(f: &Function, cfg: &ControlFlow) -> Vec<DownFact> {
 /// through its inner loop back to the header).
 fn is_down_step(f: &Function, cfg: &ControlFlow, arg: Value, p: Value, depth: u32) -> bool {
     match f.values[arg].def {
-        ValueDef::Inst(_) => defining(f, arg).is_some_and(|d| {
-            d.op == Op::IBinary(IBinOp::Sub) && d.args[0] == p && const_of(f, d.args[1]) == Some(1)
+        ValueDef::Inst(_) => f.defining(arg).is_some_and(|d| {
+            d.op == Op::IBinary(IBinOp::Sub) && d.args[0] == p && f.const_int(d.args[1]) == Some(1)
         }),
         ValueDef::Param(b, k) if depth > 0 && arg != p => cfg
             .incoming_args(f, b, k as usize)
@@ -327,11 +313,11 @@ impl<'a> Ranges<'a> {
 
 /// Whether `bound` is the extent of dimension `dim` of the array `a`.
 fn is_extent(f: &Function, bound: Value, a: Value, dim: usize) -> bool {
-    if defining(f, bound).is_some_and(|d| d.op == Op::ArrayDim(dim as u8) && d.args.first() == Some(&a)) {
+    if f.defining(bound).is_some_and(|d| d.op == Op::ArrayDim(dim as u8) && d.args.first() == Some(&a)) {
         return true;
     }
     // An array made by `array.fill` with that very extent.
-    defining(f, a).is_some_and(|d| matches!(d.op, Op::ArrayFill) && d.args.get(1 + dim) == Some(&bound))
+    f.defining(a).is_some_and(|d| matches!(d.op, Op::ArrayFill) && d.args.get(1 + dim) == Some(&bound))
 }
 
 /// Whether counter `idx` (of one of the loops `valid`) stays below the extent of
@@ -350,14 +336,14 @@ fn below_extent(f: &Function, valid: &[&Fact], idx: Value, a: Value, dim: usize,
 /// counter `j` below that extent (`x[len(x) - 1 - j]` walking an array backwards):
 /// `0 <= j < extent` puts it in `0..extent` too.
 fn reversed_below_extent(f: &Function, valid: &[&Fact], idx: Value, a: Value, dim: usize) -> bool {
-    let Some(d) = defining(f, idx) else { return false };
+    let Some(d) = f.defining(idx) else { return false };
     if d.op != Op::IBinary(IBinOp::Sub) {
         return false;
     }
     let (last, j) = (d.args[0], d.args[1]);
-    let Some(l) = defining(f, last) else { return false };
+    let Some(l) = f.defining(last) else { return false };
     l.op == Op::IBinary(IBinOp::Sub)
-        && const_of(f, l.args[1]) == Some(1)
+        && f.const_int(l.args[1]) == Some(1)
         && is_extent(f, l.args[0], a, dim)
         && below_extent(f, valid, j, a, dim, 3)
 }
@@ -390,7 +376,7 @@ impl Function {
                         ranges.result_range(d, b).is_some_and(Range::fits)
                     }
                     (Op::IBinary(IBinOp::Div | IBinOp::Rem), [_, k]) => {
-                        const_of(self, *k).is_some_and(|k| k != 0 && k != -1)
+                        self.const_int(*k).is_some_and(|k| k != 0 && k != -1)
                     }
                     _ => false,
                 };
@@ -414,7 +400,7 @@ impl Function {
                 let n_idx = match d.op {
                     Op::IBinary(IBinOp::Sub) => {
                         // x >= 0 and 0 <= c: x - c >= -c > i64::MIN.
-                        if non_neg.contains(&d.args[0]) && const_of(self, d.args[1]).is_some_and(|c| c >= 0) {
+                        if non_neg.contains(&d.args[0]) && self.const_int(d.args[1]).is_some_and(|c| c >= 0) {
                             out.no_overflow.insert(inst);
                         }
                         continue;
@@ -423,7 +409,7 @@ impl Function {
                     Op::Store | Op::TrustedStore => d.args.len().saturating_sub(2),
                     Op::IBinary(IBinOp::Add) => {
                         let steps = |p: Value, c: Value| {
-                            const_of(self, c) == Some(1) && valid.iter().any(|fa| fa.index == p)
+                            self.const_int(c) == Some(1) && valid.iter().any(|fa| fa.index == p)
                         };
                         if steps(d.args[0], d.args[1]) || steps(d.args[1], d.args[0]) {
                             out.no_overflow.insert(inst);

@@ -188,6 +188,22 @@ impl Function {
         self.values[v].ty
     }
 
+    /// The instruction that defines `v`, if an instruction does (not a block parameter).
+    pub fn defining(&self, v: Value) -> Option<&InstData> {
+        match self.values.get(v)?.def {
+            ValueDef::Inst(i) => self.insts.get(i),
+            ValueDef::Param(..) => None,
+        }
+    }
+
+    /// The integer constant `v` is, if it is one.
+    pub fn const_int(&self, v: Value) -> Option<i64> {
+        match self.defining(v)?.op {
+            crate::op::Op::IConst(c) => Some(c),
+            _ => None,
+        }
+    }
+
     /// Every use of a value that `subst` replaces reads its replacement instead, following
     /// chains (`a → b → c` reads `c`): what a pass that found values equal to others does
     /// once it knows them all. Each replacement must be a value defined before the one it

@@ -46,7 +46,7 @@ fn movable(types: &TypeTable, op: &Op) -> bool {
 }
 
 fn is_constant(f: &Function, v: Value) -> bool {
-    matches!(f.values[v].def, ValueDef::Inst(i) if matches!(f.insts[i].op, Op::FConst(_) | Op::IConst(_) | Op::BConst(_)))
+    f.defining(v).is_some_and(|d| matches!(d.op, Op::FConst(_) | Op::IConst(_) | Op::BConst(_)))
 }
 
 /// `tuple.get k (tuple.new ..)` and `struct.get S.k (struct.new S ..)` of an immutable

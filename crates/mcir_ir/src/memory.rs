@@ -183,12 +183,9 @@ fn forward_once(f: &mut Function, adjoint: bool) -> bool {
 /// The operand that `x + 0`, `0 + x` or `x - 0` is, when the op is one of those (see
 /// [`forward_elements`] for which zeros count).
 fn plus_zero(f: &Function, op: &Op, args: &[Value], adjoint: bool) -> Option<Value> {
-    let zero = |v: Value| match f.values[v].def {
-        ValueDef::Inst(i) => match f.insts[i].op {
-            Op::FConst(c) if c == 0.0 => Some(c.is_sign_negative()),
-            _ => None,
-        },
-        ValueDef::Param(..) => None,
+    let zero = |v: Value| match f.defining(v)?.op {
+        Op::FConst(c) if c == 0.0 => Some(c.is_sign_negative()),
+        _ => None,
     };
     match (op, args) {
         (Op::FBinary(FBinOp::Add), [a, b]) => match (zero(*a), zero(*b)) {

@@ -76,7 +76,7 @@ impl Unroll {
     /// Whether `v` is the counter, or the counter plus or minus a constant: it moves with
     /// the counter from one iteration to the next.
     pub fn follows_counter(&self, f: &Function, v: Value) -> bool {
-        let constant = |x: Value| matches!(f.values[x].def, mcir_ir::ValueDef::Inst(j) if matches!(f.insts[j].op, Op::IConst(_)));
+        let constant = |x: Value| f.const_int(x).is_some();
         if v == self.counter {
             return true;
         }
@@ -97,7 +97,7 @@ impl Unroll {
     /// (`base + r`), when range analysis shows they cannot overflow. From one iteration
     /// to the next each moves as the counter does.
     pub fn moving_values(&self, f: &Function, proofs: &mcir_ir::bounds::Proofs) -> Vec<Value> {
-        let constant = |x: Value| matches!(f.values[x].def, mcir_ir::ValueDef::Inst(j) if matches!(f.insts[j].op, Op::IConst(_)));
+        let constant = |x: Value| f.const_int(x).is_some();
         let offset = |x: Value| constant(x) || self.fixed(f, x);
         let mut moving = vec![self.counter];
         for &i in &f.blocks[self.body].insts {
@@ -167,19 +167,13 @@ pub(crate) fn plan(f: &Function, h: Block, cfg: &ControlFlow) -> Option<Unroll> 
     if !header_is_simple {
         return None;
     }
-    let def = |v: Value| match f.values[v].def {
-        mcir_ir::ValueDef::Inst(i) => Some(&f.insts[i]),
-        mcir_ir::ValueDef::Param(..) => None,
-    };
+    let def = |v: Value| f.defining(v);
     let test = def(*cond)?;
     let [a, b] = test.args.as_slice() else { return None };
     let k = f.blocks[h].params.iter().position(|p| p == a)?;
     let counter = *a;
     let step = def(*back.args.get(k)?)?;
-    let constant = |v: Value| match def(v)?.op {
-        Op::IConst(c) => Some(c),
-        _ => None,
-    };
+    let constant = |v: Value| f.const_int(v);
     let steps_by = |delta: i64| match step.op {
         Op::IBinary(mcir_ir::IBinOp::Add) => {
             step.args[0] == counter && constant(step.args[1]) == Some(delta)
@@ -266,10 +260,6 @@ pub(crate) fn pairs(
     }
     let Terminator::Jump(back) = &f.blocks[u.body].term else { return None };
     let params = &f.blocks[u.header].params;
-    let def = |v: Value| match f.values[v].def {
-        mcir_ir::ValueDef::Inst(i) => Some(&f.insts[i]),
-        mcir_ir::ValueDef::Param(..) => None,
-    };
     let uses_in_loop = |v: Value| {
         let in_insts = [u.header, u.body]
             .iter()
@@ -286,7 +276,7 @@ pub(crate) fn pairs(
         }
         // A sum: the back edge passes `p + x` (or `x + p`), which nothing else in the
         // loop reads, and `p` is read by that addition only.
-        let add = def(arg)?;
+        let add = f.defining(arg)?;
         let is_sum = reassociate
             && f.value_type(p) == mcir_ir::TypeTable::F64
             && add.op == Op::FBinary(FBinOp::Add)
