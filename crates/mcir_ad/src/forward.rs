@@ -80,8 +80,19 @@ pub(crate) fn unrestored_arrays(primal: &Function) -> std::collections::HashSet<
             }
         }
     }
+    if out.is_empty() {
+        return out;
+    }
+    // The loads (of any array) whose value no adjoint reads, found once.
     let users = users_of(primal);
-    out.retain(|&array| !store_follows_load(primal, &users, array));
+    let unread: std::collections::HashSet<Value> = primal
+        .insts
+        .values()
+        .filter(|d| matches!(d.op, Op::Load | Op::TrustedLoad))
+        .filter_map(|d| d.result)
+        .filter(|&r| value_unread_by_reverse(primal, &users, r, UNREAD_DEPTH))
+        .collect();
+    out.retain(|&array| !store_follows_load(primal, &unread, array));
     out
 }
 
@@ -131,11 +142,11 @@ fn value_unread_by_reverse(f: &Function, users: &Users, v: Value, depth: u32) ->
 }
 
 /// Whether a store into `array` can run after a load from it whose value the reverse
-/// pass may read: later in the block of such a load, or in a block reachable from that
+/// pass may read (one not among the `unread` loads): later in the block of such a load, or in a block reachable from that
 /// block (itself included, around a loop) without running the allocation again. An
 /// array made inside a loop is a new array on each iteration: what an iteration writes
 /// after the last one read is another array.
-fn store_follows_load(primal: &Function, users: &Users, array: Value) -> bool {
+fn store_follows_load(primal: &Function, unread: &std::collections::HashSet<Value>, array: Value) -> bool {
     let made_in = primal
         .blocks
         .iter()
@@ -150,9 +161,8 @@ fn store_follows_load(primal: &Function, users: &Users, array: Value) -> bool {
             if !(store || load) || d.args.first() != Some(&array) {
                 return None;
             }
-            let unread =
-                load && d.result.is_some_and(|r| value_unread_by_reverse(primal, users, r, UNREAD_DEPTH));
-            Some((!unread).then_some(store))
+            let never_read = load && d.result.is_some_and(|r| unread.contains(&r));
+            Some((!never_read).then_some(store))
         })
     };
     let mut seen = vec![false; primal.blocks.len()];
