@@ -269,6 +269,13 @@ struct Guarded {
     dims: Vec<(usize, bool)>,
 }
 
+/// How an unrolled loop's copies run (see `FnLower::copy_plan`).
+struct CopyPlan {
+    unroll: crate::unroll::Unroll,
+    guarded: Vec<Guarded>,
+    pairs: Option<crate::unroll::Pairs>,
+}
+
 /// The copies of an unrolled loop's body being lowered, for addresses that step.
 struct Stepped {
     /// The loop, and by how much its counter moves from one copy to the next.
@@ -580,24 +587,14 @@ impl FnLower<'_, '_> {
     /// when the next `u.factor` tests of the loop would pass, run that many copies of
     /// its body and come back; otherwise go on to the header as written, in a block of
     /// its own (see `crate::unroll`). Leaves that block current.
-    fn unrolled_copies(
-        &mut self,
-        h: mcir_ir::Block,
-        u: crate::unroll::Unroll,
-        site: i64,
-    ) -> Result<(), String> {
+    fn unrolled_copies(&mut self, h: mcir_ir::Block, plan: CopyPlan, site: i64) -> Result<(), String> {
         let f = self.f;
+        let CopyPlan { unroll: u, guarded, pairs } = plan;
         // The header computes only constants, tests and fixed arithmetic; its bound may
         // be one of them.
         self.block_insts(h)?;
         let counter = self.v(u.counter)?;
-        // Loads and stores whose indices are proven, fixed for the loop, or moving with
-        // the counter, into arrays the loop does not make: the copies run only when the
-        // indices of all of them are in bounds, and need no check there.
-        let guarded = self.guarded_accesses(u);
         let saved_proofs = self.trust_guarded(&guarded);
-        let reassociate = f.is_reverse_pass();
-        let pairs = crate::unroll::pairs(f, &u, &self.proofs, &self.l.module.types, reassociate);
         let distinct = pairs.as_ref().map(|p| p.distinct.clone()).unwrap_or_default();
         let short = self.copies_cannot_run(u, counter, &guarded, &distinct)?;
         let copies = self.b.create_block();
@@ -732,27 +729,28 @@ impl FnLower<'_, '_> {
         }
     }
 
-    /// `u` with four copies instead of two when its body runs in vector pairs and is
-    /// short enough (`crate::unroll::PAIRS_FOUR_UP_TO`): two pairs per pass halve the
-    /// loop control a pass pays for, and a pair's code is about one scalar copy's.
-    fn widened(&mut self, mut u: crate::unroll::Unroll) -> crate::unroll::Unroll {
+    /// How loop `u`'s copies run: the accesses the test in front of them checks (loads
+    /// and stores whose indices are proven, fixed for the loop, or moving with the
+    /// counter, into arrays the loop does not make; in the copies they need no check),
+    /// and whether they run in vector pairs. A body that does, of up to
+    /// `crate::unroll::PAIRS_FOUR_UP_TO` instructions, gets four copies instead of two:
+    /// two pairs per pass halve the loop control a pass pays for, and a pair's code is
+    /// about one scalar copy's.
+    fn copy_plan(&mut self, mut u: crate::unroll::Unroll) -> CopyPlan {
         let f = self.f;
+        let guarded = self.guarded_accesses(u);
+        let saved = self.trust_guarded(&guarded);
+        let pairs = crate::unroll::pairs(f, &u, &self.proofs, &self.l.module.types, f.is_reverse_pass());
+        self.restore_proofs(saved);
         let work = f.blocks[u.body]
             .insts
             .iter()
             .filter(|&&i| !matches!(f.insts[i].op, Op::IConst(_) | Op::FConst(_) | Op::BConst(_)))
             .count();
-        if u.factor != 2 || work > crate::unroll::PAIRS_FOUR_UP_TO {
-            return u;
-        }
-        let guarded = self.guarded_accesses(u);
-        let saved = self.trust_guarded(&guarded);
-        let pairs = crate::unroll::pairs(f, &u, &self.proofs, &self.l.module.types, f.is_reverse_pass());
-        self.restore_proofs(saved);
-        if pairs.is_some() {
+        if pairs.is_some() && u.factor == 2 && work <= crate::unroll::PAIRS_FOUR_UP_TO {
             u.factor = 4;
         }
-        u
+        CopyPlan { unroll: u, guarded, pairs }
     }
 
     /// Whether the next `u.factor` iterations from `counter` cannot all run as copies:
@@ -1026,15 +1024,15 @@ impl FnLower<'_, '_> {
                 self.interrupt_check(site);
             } else if cfg.latches(b).next().is_some() {
                 let site = self.site(first_span);
-                let unroll = crate::unroll::plan(f, b, &cfg)
+                let plan = crate::unroll::plan(f, b, &cfg)
                     .filter(|u| self.may_copy(u.body))
-                    .map(|u| self.widened(u));
-                match (unit_step_param(f, b, &cfg), unroll) {
-                    (Some(p), Some(u)) => {
+                    .map(|u| self.copy_plan(u));
+                match (unit_step_param(f, b, &cfg), plan) {
+                    (Some(p), Some(plan)) => {
                         // Both loops pass a counter value that is a multiple of 1024
                         // give or take the factor at least once every 1024 iterations.
-                        self.poll_every(self.v(p)?, site, 1023 & !(u.factor - 1));
-                        self.unrolled_copies(b, u, site)?;
+                        self.poll_every(self.v(p)?, site, 1023 & !(plan.unroll.factor - 1));
+                        self.unrolled_copies(b, plan, site)?;
                     }
                     (Some(p), None) => self.poll_every(self.v(p)?, site, 1023),
                     _ => self.interrupt_check(site),
