@@ -9,17 +9,19 @@
 //! runs as written, one iteration, and comes back. The copies are the same
 //! instructions with the same checks in the same order as the iterations they stand
 //! for, so the facts that made an index or a step safe (`bounds`) hold in every copy.
-//! A load or store whose index is the counter itself, into an array whose extent is
-//! not the loop's bound (`b[l, j]` in `for l in 0..size(a, 1)`), keeps its check in the
-//! loop as written; the copies run only when the counter's next `factor` values are
-//! within that extent too, and skip it (`lower.rs`, `counter_indexed_accesses`).
-//! In the copies after the first, a load or store whose index in a dimension other than
-//! the last follows the counter (`b[l, j]`, every index in bounds, the other indices
-//! fixed) takes the previous copy's address moved by that dimension's stride, rather
-//! than multiplying the index by the extents again (`lower.rs`, `stepped_access`).
-//! When the body is elementwise work on one index (`pairs`), the copies run two at a
-//! time in 128-bit vectors. Each copy is compiled code, so only small bodies are
-//! copied: four times up to 8 instructions, twice up to 24.
+//! A load or store whose indices are proven, fixed for the loop, or moving with the
+//! counter (`Unroll::moving_values`: `b[l, j]` in `for l in 0..size(a, 1)`, and
+//! `l[c, base + r]`), into an array the loop does not make, keeps its checks in the loop as
+//! written; the copies run only when the indices the next `factor` iterations reach
+//! are within their extents, tested once in front of them, and skip the checks
+//! (`lower.rs`, `guarded_accesses`). In the copies after the first, a load or store
+//! whose index in a dimension other than the last follows the counter (`b[l, j]`,
+//! every index in bounds, the other indices fixed) takes the previous copy's address
+//! moved by that dimension's stride, rather than multiplying the index by the extents
+//! again (`lower.rs`, `stepped_access`). When the body is elementwise work (`pairs`),
+//! the copies run two at a time in 128-bit vectors. Each copy is compiled code, so
+//! only small bodies are copied: four times up to 8 instructions (16 in vector
+//! pairs), twice up to 24.
 
 use mcir_ir::cfg::ControlFlow;
 use mcir_ir::entity::EntityRef;
@@ -428,11 +430,7 @@ bb3:
     }
 
     fn pairs_of(text: &str) -> Option<Pairs> {
-        let m = mcir_ir::parse_module(text).expect("parses");
-        let f = m.funcs.values().next().expect("a function");
-        let cfg = ControlFlow::compute(f);
-        let proofs = f.proofs();
-        cfg.rpo.iter().find_map(|&b| plan(f, b, &cfg).and_then(|u| pairs(f, &u, &proofs, &m.types, false)))
+        pairs_of_with(text, false)
     }
 
     #[test]
