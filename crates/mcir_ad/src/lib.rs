@@ -19,6 +19,7 @@
 #![deny(missing_docs)]
 
 mod analysis;
+mod chains;
 mod custom;
 mod dce;
 mod driver;
@@ -189,7 +190,16 @@ fn inline_passes(mut module: Module, rules: &[RuleIds], special: Option<&EntryRu
     let ids: Vec<FuncId> = module.funcs.keys().collect();
     for id in ids {
         if calls(&inlined.funcs[id]) != calls(&module.funcs[id]) {
-            let f = mcir_ir::hoist::fold_and_hoist_derived(inlined.funcs[id].clone(), &module.types);
+            let mut f = mcir_ir::hoist::fold_and_hoist_derived(inlined.funcs[id].clone(), &module.types);
+            if f.is_reverse_pass() {
+                // The chains of adjoints that run through the inlined passes are shortened
+                // across them; the coefficients that do not change in a loop leave it.
+                let shortened = signs::sink_negations(chains::shorten_chains(dce::remove_dead_code(&f)));
+                f = mcir_ir::cse::eliminate_common_subexpressions(
+                    mcir_ir::hoist::hoist_in_derived(shortened, &module.types),
+                    &module.types,
+                );
+            }
             module.funcs[id] = dce::remove_dead_code(&f);
         }
     }
@@ -357,12 +367,12 @@ fn derive_function(
     }
     let rev_func = dce::remove_dead_code(&mcir_ir::memory::forward_elements(
         mcir_ir::cse::eliminate_common_subexpressions(
-            signs::sink_negations(mcir_ir::hoist::hoist_in_derived(
-                dce::remove_dead_code(&inert::bypass_inert_loops(
-                    dce::remove_dead_code(&rev).into_simplified_cfg(),
-                )),
+            mcir_ir::hoist::hoist_in_derived(
+                signs::sink_negations(chains::shorten_chains(dce::remove_dead_code(
+                    &inert::bypass_inert_loops(dce::remove_dead_code(&rev).into_simplified_cfg()),
+                ))),
                 &module.types,
-            )),
+            ),
             &module.types,
         ),
         true,
