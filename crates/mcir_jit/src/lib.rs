@@ -29,7 +29,7 @@ use layout::{Arena, Ctx, Runtime};
 use mcir_interp::{Limits, RuntimeError, RuntimeErrorKind, Val};
 use mcir_ir::entity::EntityRef;
 use mcir_ir::{FuncId, Module, TypeTable};
-use pool::{Batch, Job};
+use pool::{Batch, Job, Tier};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -135,17 +135,19 @@ fn math_functions() -> Vec<(&'static str, *const u8)> {
     ]
 }
 
-/// The host's instruction set with our settings, made once per process (detecting the
-/// CPU's features is not free): optimising, and quick to compile (for code that runs
-/// once per call, where compiling is most of its cost).
-fn host_isa(quick: bool) -> Result<cranelift_codegen::isa::OwnedTargetIsa, JitError> {
+/// The host's instruction set with the settings of `tier`, made once per process
+/// (detecting the CPU's features is not free).
+fn host_isa(tier: Tier) -> Result<cranelift_codegen::isa::OwnedTargetIsa, JitError> {
     type Isa = Result<cranelift_codegen::isa::OwnedTargetIsa, JitError>;
-    static ISAS: [std::sync::OnceLock<Isa>; 2] = [std::sync::OnceLock::new(), std::sync::OnceLock::new()];
-    ISAS[quick as usize]
+    static ISAS: [std::sync::OnceLock<Isa>; Tier::COUNT] =
+        [const { std::sync::OnceLock::new() }; Tier::COUNT];
+    ISAS[tier as usize]
         .get_or_init(|| {
             let err = |e: &dyn std::fmt::Display| JitError(e.to_string());
             let mut flags = settings::builder();
-            flags.set("opt_level", if quick { "none" } else { "speed" }).map_err(|e| err(&e))?;
+            let optimise = tier == Tier::Optimised;
+            flags.set("opt_level", if optimise { "speed" } else { "none" }).map_err(|e| err(&e))?;
+            let quick = tier == Tier::Quick;
             flags
                 .set("regalloc_algorithm", if quick { "single_pass" } else { "backtracking" })
                 .map_err(|e| err(&e))?;
@@ -254,9 +256,8 @@ pub struct JitBuilder {
 impl JitBuilder {
     fn new(module: &Module) -> Result<JitBuilder, JitError> {
         let err = |e: &dyn std::fmt::Display| JitError(e.to_string());
-        let isa = host_isa(false)?;
-        let compile_isa = isa.clone();
-        let quick_isa = host_isa(true)?;
+        let isa = host_isa(Tier::Optimised)?;
+        let isas = [isa.clone(), host_isa(Tier::InOrder)?, host_isa(Tier::Quick)?];
         let mut jb = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
         let rt_fns = lower::runtime_functions();
         let math = math_functions();
@@ -335,7 +336,7 @@ impl JitBuilder {
             b.ins().return_(&[]);
             b.seal_all_blocks();
             b.finalize(jit.target_config());
-            helpers.push(Job::new(id, helper.to_string(), func, true));
+            helpers.push(Job::new(id, helper.to_string(), func, Tier::Quick));
             runtime.insert(helper, id);
         }
         let dump = std::env::var_os("MCIR_JIT_DUMP").is_some();
@@ -345,7 +346,7 @@ impl JitBuilder {
             funcs: Vec::new(),
             tramps: Vec::new(),
             sites: Vec::new(),
-            batch: pool::Open(Batch::start([compile_isa, quick_isa], dump)),
+            batch: pool::Open(Batch::start(isas, dump)),
             helpers,
             fctx: FunctionBuilderContext::new(),
         })
@@ -419,7 +420,14 @@ impl JitBuilder {
             if std::env::var_os("MCIR_JIT_CLIF").is_some() {
                 eprintln!("; @{}\n{}", f.name, func.display());
             }
-            self.batch.push(Job::new(funcs[id.index()], f.name.clone(), func, runs_once[id.index()]));
+            let tier = if runs_once[id.index()] {
+                Tier::Quick
+            } else if f.is_reverse_pass() && !touches_arrays(module, f) {
+                Tier::InOrder
+            } else {
+                Tier::Optimised
+            };
+            self.batch.push(Job::new(funcs[id.index()], f.name.clone(), func, tier));
         }
         // Only the roots are called from Rust, so only they get a trampoline: unpack
         // arguments from 8-byte slots, call, store the result.
@@ -457,7 +465,7 @@ impl JitBuilder {
                 b.seal_all_blocks();
                 b.finalize(self.jit.target_config());
             }
-            self.batch.push(Job::new(*tid, format!("{} (entry)", f.name), func, true));
+            self.batch.push(Job::new(*tid, format!("{} (entry)", f.name), func, Tier::Quick));
         }
         Ok(())
     }
@@ -541,6 +549,18 @@ fn loops_over_elements(op: &mcir_ir::Op) -> bool {
             | Op::ArrayFill
             | Op::ZerosLike
     )
+}
+
+/// Whether any instruction of `f` reads or makes an array. Cranelift's e-graph earns its
+/// keep in array code (it hoists and merges the loads of arrays' headers that each
+/// access makes); a reverse pass of scalar arithmetic is better compiled in the order
+/// its IR gives ([`Tier::InOrder`]).
+fn touches_arrays(module: &Module, f: &mcir_ir::Function) -> bool {
+    let is_array = |v: &mcir_ir::Value| module.types.as_array(f.value_type(*v)).is_some();
+    f.blocks.values().flat_map(|b| &b.insts).any(|&i| {
+        let data = &f.insts[i];
+        data.args.iter().any(is_array) || data.result.as_ref().is_some_and(is_array)
+    })
 }
 
 /// The functions (by index) that run at most once per call from Rust and have no loop

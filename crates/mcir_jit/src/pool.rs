@@ -19,15 +19,36 @@ pub(crate) struct Job {
     pub id: CFuncId,
     pub name: String,
     pub func: Function,
-    /// Compiled for speed of compiling rather than of running.
-    pub quick: bool,
+    /// How the function is compiled.
+    pub tier: Tier,
     pub code: Option<Result<MachineCode, JitError>>,
 }
 
 impl Job {
-    pub fn new(id: CFuncId, name: String, func: Function, quick: bool) -> Job {
-        Job { id, name, func, quick, code: None }
+    pub fn new(id: CFuncId, name: String, func: Function, tier: Tier) -> Job {
+        Job { id, name, func, tier, code: None }
     }
+}
+
+/// How a function is compiled: the settings of one of a batch's instruction sets.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Tier {
+    /// Optimised by Cranelift (its e-graph places pure instructions where their first
+    /// use needs them).
+    Optimised,
+    /// Register-allocated as carefully as `Optimised`, but in the instruction order
+    /// the IR gives: for derived reverse passes, whose order `mcir_ad` chose so that
+    /// each adjoint is added into its sums as soon as it is ready, keeping few values
+    /// live, where the e-graph would compute every adjoint a block's first result needs
+    /// before any other result and keep them all live (spilling on the adjoints' chain).
+    InOrder,
+    /// Compiled for speed of compiling rather than of running.
+    Quick,
+}
+
+impl Tier {
+    /// The number of tiers, for arrays indexed by tier.
+    pub const COUNT: usize = 3;
 }
 
 /// A compiled function, ready to be defined in the module.
@@ -51,8 +72,8 @@ struct State {
 
 /// The functions of one module on their way to machine code.
 pub(crate) struct Batch {
-    /// The optimising and the quick instruction set.
-    isas: [Arc<dyn TargetIsa>; 2],
+    /// One instruction set per [`Tier`], in its order.
+    isas: [Arc<dyn TargetIsa>; Tier::COUNT],
     dump: bool,
     state: Mutex<State>,
     changed: Condvar,
@@ -60,7 +81,7 @@ pub(crate) struct Batch {
 
 impl Batch {
     /// An empty batch, offered to the pool's threads.
-    pub fn start(isas: [Arc<dyn TargetIsa>; 2], dump: bool) -> Arc<Batch> {
+    pub fn start(isas: [Arc<dyn TargetIsa>; Tier::COUNT], dump: bool) -> Arc<Batch> {
         let batch =
             Arc::new(Batch { isas, dump, state: Mutex::new(State::default()), changed: Condvar::new() });
         for worker in pool() {
@@ -106,7 +127,7 @@ impl Batch {
             };
             let func = std::mem::replace(&mut job.func, Function::new());
             let compiled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                compile(ctx, &*self.isas[job.quick as usize], self.dump, func, job.id, &job.name)
+                compile(ctx, &*self.isas[job.tier as usize], job.tier, self.dump, func, job.id, &job.name)
             }));
             job.code = Some(compiled.unwrap_or_else(|_| {
                 // The context may be left inconsistent by the panic: start afresh.
@@ -190,6 +211,7 @@ fn pool() -> &'static [Mutex<mpsc::Sender<Arc<Batch>>>] {
 fn compile(
     ctx: &mut cranelift_codegen::Context,
     isa: &dyn TargetIsa,
+    tier: Tier,
     dump: bool,
     func: Function,
     id: CFuncId,
@@ -202,12 +224,7 @@ fn compile(
     let started = std::time::Instant::now();
     let failed = ctx.compile(isa, &mut plane).err().map(|e| e.inner);
     if std::env::var_os("MCIR_JIT_TIMES").is_some() {
-        let how = if isa.flags().opt_level() == cranelift_codegen::settings::OptLevel::None {
-            " (quick)"
-        } else {
-            ""
-        };
-        eprintln!("{name}: {} insts, {:?}{how}", ctx.func.dfg.num_insts(), started.elapsed());
+        eprintln!("{name}: {} insts, {:?} ({tier:?})", ctx.func.dfg.num_insts(), started.elapsed());
     }
     if std::env::var_os("MCIR_JIT_CLIF_OPT").is_some() {
         eprintln!("; @{name} (optimised)\n{}", ctx.func.display());
