@@ -19,6 +19,7 @@
 #![deny(missing_docs)]
 
 mod analysis;
+mod axpy;
 mod chains;
 mod custom;
 mod dce;
@@ -195,10 +196,10 @@ fn inline_passes(mut module: Module, rules: &[RuleIds], special: Option<&EntryRu
                 // The chains of adjoints that run through the inlined passes are shortened
                 // across them; the coefficients that do not change in a loop leave it.
                 let shortened = signs::sink_negations(chains::shorten_chains(dce::remove_dead_code(&f)));
-                f = mcir_ir::cse::eliminate_common_subexpressions(
+                f = axpy::fuse_scaled_accumulations(mcir_ir::cse::eliminate_common_subexpressions(
                     mcir_ir::hoist::hoist_in_derived(shortened, &module.types),
                     &module.types,
-                );
+                ));
             }
             module.funcs[id] = dce::remove_dead_code(&f);
         }
@@ -365,18 +366,19 @@ fn derive_function(
         let t = fw.e.val(mcir_ir::Op::TupleNew, items, rule.fwd_ret);
         fw.e.func.set_terminator(fb, mcir_ir::Terminator::Return(Some(t)), primal.blocks[r].term_span);
     }
-    let rev_func = dce::remove_dead_code(&mcir_ir::memory::forward_elements(
-        mcir_ir::cse::eliminate_common_subexpressions(
-            mcir_ir::hoist::hoist_in_derived(
-                signs::sink_negations(chains::shorten_chains(dce::remove_dead_code(
-                    &inert::bypass_inert_loops(dce::remove_dead_code(&rev).into_simplified_cfg()),
-                ))),
+    let rev_func =
+        dce::remove_dead_code(&axpy::fuse_scaled_accumulations(mcir_ir::memory::forward_elements(
+            mcir_ir::cse::eliminate_common_subexpressions(
+                mcir_ir::hoist::hoist_in_derived(
+                    signs::sink_negations(chains::shorten_chains(dce::remove_dead_code(
+                        &inert::bypass_inert_loops(dce::remove_dead_code(&rev).into_simplified_cfg()),
+                    ))),
+                    &module.types,
+                ),
                 &module.types,
             ),
-            &module.types,
-        ),
-        true,
-    ));
+            true,
+        )));
     // Records on stacks the reverse pass no longer reads are not made.
     let read = inert::tape_fields_read(&rev_func, rule.tape_sid);
     let unread: std::collections::HashSet<mcir_ir::Value> = slots
