@@ -195,11 +195,7 @@ fn inline_passes(mut module: Module, rules: &[RuleIds], special: Option<&EntryRu
             if f.is_reverse_pass() {
                 // The chains of adjoints that run through the inlined passes are shortened
                 // across them; the coefficients that do not change in a loop leave it.
-                let shortened = signs::sink_negations(chains::shorten_chains(dce::remove_dead_code(&f)));
-                f = axpy::fuse_scaled_accumulations(mcir_ir::cse::eliminate_common_subexpressions(
-                    mcir_ir::hoist::hoist_in_derived(shortened, &module.types),
-                    &module.types,
-                ));
+                f = axpy::fuse_scaled_accumulations(shorten_chains(dce::remove_dead_code(&f), &module.types));
             }
             module.funcs[id] = dce::remove_dead_code(&f);
         }
@@ -366,19 +362,22 @@ fn derive_function(
         let t = fw.e.val(mcir_ir::Op::TupleNew, items, rule.fwd_ret);
         fw.e.func.set_terminator(fb, mcir_ir::Terminator::Return(Some(t)), primal.blocks[r].term_span);
     }
-    let rev_func =
-        dce::remove_dead_code(&axpy::fuse_scaled_accumulations(mcir_ir::memory::forward_elements(
-            mcir_ir::cse::eliminate_common_subexpressions(
-                mcir_ir::hoist::hoist_in_derived(
-                    signs::sink_negations(chains::shorten_chains(dce::remove_dead_code(
-                        &inert::bypass_inert_loops(dce::remove_dead_code(&rev).into_simplified_cfg()),
-                    ))),
-                    &module.types,
-                ),
-                &module.types,
-            ),
-            true,
-        )));
+    let types = &module.types;
+    let cleaned =
+        dce::remove_dead_code(&inert::bypass_inert_loops(dce::remove_dead_code(&rev).into_simplified_cfg()));
+    let cleaned = mcir_ir::memory::forward_elements(
+        mcir_ir::cse::eliminate_common_subexpressions(
+            mcir_ir::hoist::hoist_in_derived(signs::sink_negations(cleaned), types),
+            types,
+        ),
+        true,
+    );
+    // Shortened once loads are forwarded and equal values merged, so that the terms of
+    // one adjoint meet (`x̄ · l + x̄ · l`, two reads of `l[j]` that CSE made one).
+    let rev_func = dce::remove_dead_code(&axpy::fuse_scaled_accumulations(shorten_chains(
+        dce::remove_dead_code(&cleaned),
+        types,
+    )));
     // Records on stacks the reverse pass no longer reads are not made.
     let read = inert::tape_fields_read(&rev_func, rule.tape_sid);
     let unread: std::collections::HashSet<mcir_ir::Value> = slots
@@ -389,6 +388,14 @@ fn derive_function(
         .collect();
     let fwd_func = dce::remove_dead_code(&inert::drop_records(fw.e.func, &unread)).into_simplified_cfg();
     Ok(jacobian::store_local_jacobian(&mut module.types, rule, fwd_func, rev_func))
+}
+
+/// `f`, a reverse pass, with its chains of adjoints shortened (`chains.rs`), then its
+/// negations folded, the coefficients that do not change in a loop hoisted and equal
+/// values merged.
+fn shorten_chains(f: Function, types: &mcir_ir::TypeTable) -> Function {
+    let f = signs::sink_negations(chains::shorten_chains(f));
+    mcir_ir::cse::eliminate_common_subexpressions(mcir_ir::hoist::hoist_in_derived(f, types), types)
 }
 
 /// Where the forward pass may store a block's tape records by index instead of pushing
