@@ -43,7 +43,19 @@ const MAX_TERMS: usize = 8;
 const ADD_LATENCY: i64 = 3;
 const MUL_LATENCY: i64 = 3;
 const DIV_LATENCY: i64 = 13;
+const NEG_LATENCY: i64 = 1;
 const OTHER_LATENCY: i64 = 10;
+
+/// The latency the model gives `op`.
+fn latency(op: &Op) -> i64 {
+    match op {
+        Op::FBinary(FBinOp::Add | FBinOp::Sub) => ADD_LATENCY,
+        Op::FBinary(FBinOp::Mul) => MUL_LATENCY,
+        Op::FBinary(FBinOp::Div) => DIV_LATENCY,
+        Op::FUnary(FUnOp::Neg) => NEG_LATENCY,
+        _ => OTHER_LATENCY,
+    }
+}
 
 /// A coefficient: a value that does not wait on carried adjoints, or 1, with a sign.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -211,12 +223,19 @@ struct BlockPass<'a> {
     names: HashMap<(Value, Value), String>,
     /// Values from this index on are the pass's own.
     first_new: usize,
+    /// The block's instructions with their places: sorted by `(place, order made)`.
     out: Vec<(u64, u64, Inst)>,
+    /// Where each value of the block is computed (values from elsewhere: 0, the top).
     pos: HashMap<Value, u64>,
+    /// The place of the instruction being visited (its position among the originals).
     now: u64,
+    /// How many instructions have been placed, which orders those of one place.
     seq: u64,
+    /// The span new instructions take: that of the instruction they replace.
     span: Span,
+    /// The block's constant 1, once made (the coefficient of a bare atom).
     one: Option<Value>,
+    /// Whether anything was rewritten, so that the block takes the new order.
     changed: bool,
 }
 
@@ -235,7 +254,8 @@ impl BlockPass<'_> {
                     f.values[n].name = f.values[r].name.clone();
                     self.atom_of.insert(r, v);
                     same.insert(r, n);
-                    self.pos.insert(r, self.pos[&n]);
+                    self.pos.insert(r, self.pos.get(&n).copied().unwrap_or(0));
+                    self.depth.insert(r, self.ready(n));
                 } else {
                     if v.index() >= self.first_new && f.values[v].name.is_none() {
                         f.values[v].name = f.values[r].name.clone();
@@ -268,17 +288,9 @@ impl BlockPass<'_> {
         self.out.push((self.now, self.seq, i));
         if let Some(r) = data.result {
             self.pos.insert(r, self.now);
-        }
-        if let Some(r) = data.result {
             if self.late[r.index()] {
-                let latency = match data.op {
-                    Op::FBinary(FBinOp::Add | FBinOp::Sub) => ADD_LATENCY,
-                    Op::FBinary(FBinOp::Mul) => MUL_LATENCY,
-                    Op::FBinary(FBinOp::Div) => DIV_LATENCY,
-                    _ => OTHER_LATENCY,
-                };
                 let start = args.iter().filter(|a| self.late[a.index()]).map(|a| self.ready(*a)).max();
-                self.depth.insert(r, start.unwrap_or(0) + latency);
+                self.depth.insert(r, start.unwrap_or(0) + latency(&data.op));
             }
         }
     }
@@ -438,7 +450,6 @@ impl BlockPass<'_> {
                     (self.ready(t.atom) + MUL_LATENCY, p)
                 }
             };
-            self.depth.insert(v, ready);
             items.push((ready, items.len(), v, t.coef.negative));
         }
         let mut order = items.len();
@@ -448,9 +459,6 @@ impl BlockPass<'_> {
             let (rb, _, b, nb) = items.remove(0);
             let (v, negative) = self.combine(f, (a, na), (b, nb));
             let ready = ra.max(rb) + ADD_LATENCY;
-            if self.late[v.index()] {
-                self.depth.insert(v, ready);
-            }
             items.push((ready, order, v, negative));
             order += 1;
         }
@@ -496,6 +504,11 @@ impl BlockPass<'_> {
             self.now
         };
         self.pos.insert(v, key);
+        if late {
+            let op = &f.insts[inst].op;
+            let start = f.insts[inst].args.iter().map(|a| self.ready(*a)).max().unwrap_or(0);
+            self.depth.insert(v, start + latency(op));
+        }
         self.out.push((key, self.seq, inst));
         debug_assert_eq!(self.late.len(), f.values.len());
         v
