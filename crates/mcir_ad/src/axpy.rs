@@ -1,18 +1,23 @@
-//! Scaled adjoints added into a shadow in one pass. The adjoint of `c * a` for an array
-//! `a` is `c * ā`, which the rules compute as a fresh array (`map.fmul`) and then add
-//! into `a`'s shadow (`array.add_into`): two passes over the elements and an array made
-//! and dropped. When nothing else reads the product, `array.axpy` does both in one pass,
-//! with the same two roundings per element (`d + c · a`), so the result is bit for bit
-//! the same in both engines.
+//! Scaled adjoints added into a shadow in one pass, and summed without being made. The
+//! adjoint of `c * a` for an array `a` is `c * ā`, which the rules compute as a fresh
+//! array (`map.fmul`) and then add into `a`'s shadow (`array.add_into`): two passes over
+//! the elements and an array made and dropped. When nothing else reads the product,
+//! `array.axpy` does both in one pass, with the same two roundings per element
+//! (`d + c · a`), so the result is bit for bit the same in both engines. A sum of such a
+//! product, or of a negation, is the product or negation of a sum (`Σ -(c · aᵢ)` is
+//! `-(c · Σ aᵢ)`): exact for the negation, a reassociation for the factor, which a
+//! reverse pass allows (both engines run the rewritten IR).
 
 use mcir_ir::entity::EntityRef;
-use mcir_ir::{FBinOp, Function, Op, TypeTable, Value};
+use mcir_ir::{FBinOp, FUnOp, Function, Inst, InstData, Op, TypeTable, Value, ValueData, ValueDef};
 
 /// `f` with every `array.add_into d, t` whose `t = map.fmul a, c` (an array and an `f64`
-/// scalar, in either order) is read by nothing else and computed just before, in the
-/// same block (nothing between them touches memory), turned into `array.axpy d, c, a`,
+/// scalar, in either order) is read by nothing else and computed shortly before, in the
+/// same block (nothing between them writes memory), turned into `array.axpy d, c, a`,
 /// and the product removed (a product of an array and a scalar cannot fail).
-pub(crate) fn fuse_scaled_accumulations(mut f: Function) -> Function {
+pub(crate) fn fuse_scaled_accumulations(f: Function) -> Function {
+    // Maps left unread (by `factor_sums`, say) go first: they may be a product's other reader.
+    let mut f = crate::dce::remove_dead_code(&f);
     let mut uses = vec![0u32; f.values.len()];
     for b in f.blocks.values() {
         for &i in &b.insts {
@@ -30,12 +35,12 @@ pub(crate) fn fuse_scaled_accumulations(mut f: Function) -> Function {
             if uses[t.index()] != 1 {
                 continue;
             }
-            // The product is computed right before (only scalar arithmetic between), so
-            // that `a` holds the same elements when the sum reads it.
+            // The product is computed shortly before, with nothing between that writes
+            // memory, so that `a` holds the same elements when the sum reads it.
             let Some(at) = f.blocks[b].insts[..k].iter().rposition(|&j| f.insts[j].result == Some(t)) else {
                 continue;
             };
-            if !f.blocks[b].insts[at + 1..k].iter().all(|&j| f.insts[j].op.is_scalar_arith()) {
+            if !f.blocks[b].insts[at + 1..k].iter().all(|&j| only_reads(&f.insts[j].op)) {
                 continue;
             }
             let Some(product) = f.defining(t) else { continue };
@@ -57,6 +62,64 @@ pub(crate) fn fuse_scaled_accumulations(mut f: Function) -> Function {
         let insts = std::mem::take(&mut f.blocks[b].insts);
         f.blocks[b].insts =
             insts.into_iter().filter(|&i| !f.insts[i].result.is_some_and(|r| fused.contains(&r))).collect();
+    }
+    f
+}
+
+/// Whether `op` writes no memory (it may read some, or fail).
+fn only_reads(op: &Op) -> bool {
+    op.is_scalar_arith()
+        || matches!(
+            op,
+            Op::Sum
+                | Op::Dot
+                | Op::ArrayDim(_)
+                | Op::Load
+                | Op::TrustedLoad
+                | Op::TupleGet(_)
+                | Op::StructGet(..)
+        )
+}
+
+/// `f` with each `array.sum t` whose `t` is `map.fneg u` or `map.fmul a, c` (an array
+/// and an `f64` scalar) computed from the sum of `u` or `a` instead: `-Σu`, `c · Σa`. The
+/// new sum is placed right after the map, where the map read its operand, so that writes
+/// between the map and the old sum do not matter; the maps left unread go to DCE.
+pub(crate) fn factor_sums(mut f: Function) -> Function {
+    let is_f64 = |f: &Function, v: Value| f.value_type(v) == TypeTable::F64;
+    let mut work: Vec<Inst> = f.blocks.values().flat_map(|b| b.insts.iter().copied()).collect();
+    while let Some(i) = work.pop() {
+        let (Op::Sum, [t]) = (&f.insts[i].op, f.insts[i].args.as_slice()) else { continue };
+        let t = *t;
+        let Some(r) = f.insts[i].result.filter(|&r| is_f64(&f, r)) else { continue };
+        let ValueDef::Inst(map) = f.values[t].def else { continue };
+        let (op, inner, scale) = match (&f.insts[map].op, f.insts[map].args.as_slice()) {
+            (Op::MapFUnary(FUnOp::Neg), [u]) => (Op::FUnary(FUnOp::Neg), *u, None),
+            (Op::MapFBinary(FBinOp::Mul), [p, q]) => match (is_f64(&f, *p), is_f64(&f, *q)) {
+                (false, true) => (Op::FBinary(FBinOp::Mul), *p, Some(*q)),
+                (true, false) => (Op::FBinary(FBinOp::Mul), *q, Some(*p)),
+                _ => continue,
+            },
+            _ => continue,
+        };
+        let Some((b, k)) =
+            f.blocks.iter().find_map(|(b, d)| d.insts.iter().position(|&j| j == map).map(|k| (b, k)))
+        else {
+            continue;
+        };
+        let span = f.insts[map].span;
+        let sum = f.insts.push(InstData { op: Op::Sum, args: vec![inner], result: None, span });
+        let s = f.values.push(ValueData { ty: TypeTable::F64, def: ValueDef::Inst(sum), name: None });
+        f.insts[sum].result = Some(s);
+        f.blocks[b].insts.insert(k + 1, sum);
+        f.insts[i].op = op;
+        f.insts[i].args = match scale {
+            Some(c) => vec![s, c],
+            None => vec![s],
+        };
+        debug_assert_eq!(f.insts[i].result, Some(r));
+        // The new sum may be of a map in turn.
+        work.push(sum);
     }
     f
 }
@@ -88,6 +151,34 @@ bb0:
 }
 ");
         assert_eq!(out.matches("array.axpy %d_0, %c_2, %a_1").count(), 2, "{out}");
+    }
+
+    #[test]
+    fn a_sum_of_a_scaled_negation_is_a_scaled_negated_sum() {
+        // Σ -(c · a) read after a write to d: the new sum reads `a` where the maps did.
+        let m = mcir_ir::parse_module(
+            "fn @f(%d_0: f64[], %a_1: f64[], %c_2: f64) -> f64 {
+bb0:
+    %3: f64[] = map.fmul %c_2, %a_1
+    array.add_into %d_0, %3
+    %4: f64[] = map.fneg %3
+    %5: f64 = array.sum %4
+    ret %5
+}
+",
+        )
+        .expect("parses");
+        let id = m.func_by_name("f").expect("the function");
+        let f = crate::dce::remove_dead_code(&factor_sums(m.funcs[id].clone()));
+        let mut out = m.clone();
+        out.funcs[id] = fuse_scaled_accumulations(f);
+        mcir_ir::verify_module(&out).expect("verifies");
+        let text = mcir_ir::print_module(&out);
+        assert!(text.contains("= array.sum %a_1"), "{text}");
+        assert!(text.contains("array.axpy %d_0, %c_2, %a_1"), "{text}");
+        assert!(!text.contains("map."), "{text}");
+        let sum = text.find("array.sum").expect("a sum");
+        assert!(sum < text.find("array.axpy").expect("an axpy"), "the sum reads `a` first: {text}");
     }
 
     #[test]
