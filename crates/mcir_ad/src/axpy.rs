@@ -13,7 +13,7 @@ use mcir_ir::{FBinOp, FUnOp, Function, Inst, InstData, Op, TypeTable, Value, Val
 
 /// `f` with every `array.add_into d, t` whose `t = map.fmul a, c` (an array and an `f64`
 /// scalar, in either order) is read by nothing else and computed shortly before, in the
-/// same block (nothing between them writes memory), turned into `array.axpy d, c, a`,
+/// same block (nothing between them writes array elements), turned into `array.axpy d, c, a`,
 /// and the product removed (a product of an array and a scalar cannot fail).
 pub(crate) fn fuse_scaled_accumulations(f: Function) -> Function {
     // Maps left unread (by `factor_sums`, say) go first: they may be a product's other reader.
@@ -35,12 +35,16 @@ pub(crate) fn fuse_scaled_accumulations(f: Function) -> Function {
             if uses[t.index()] != 1 {
                 continue;
             }
-            // The product is computed shortly before, with nothing between that writes
-            // memory, so that `a` holds the same elements when the sum reads it.
+            // The product is computed shortly before, with nothing between that could
+            // change an array's elements, so that `a` holds the same ones when the sum
+            // reads it.
             let Some(at) = f.blocks[b].insts[..k].iter().rposition(|&j| f.insts[j].result == Some(t)) else {
                 continue;
             };
-            if !f.blocks[b].insts[at + 1..k].iter().all(|&j| only_reads(&f.insts[j].op)) {
+            if f.blocks[b].insts[at + 1..k]
+                .iter()
+                .any(|&j| mcir_ir::memory::may_write_elements(&f.insts[j].op))
+            {
                 continue;
             }
             let Some(product) = f.defining(t) else { continue };
@@ -64,21 +68,6 @@ pub(crate) fn fuse_scaled_accumulations(f: Function) -> Function {
             insts.into_iter().filter(|&i| !f.insts[i].result.is_some_and(|r| fused.contains(&r))).collect();
     }
     f
-}
-
-/// Whether `op` writes no memory (it may read some, or fail).
-fn only_reads(op: &Op) -> bool {
-    op.is_scalar_arith()
-        || matches!(
-            op,
-            Op::Sum
-                | Op::Dot
-                | Op::ArrayDim(_)
-                | Op::Load
-                | Op::TrustedLoad
-                | Op::TupleGet(_)
-                | Op::StructGet(..)
-        )
 }
 
 /// `f` with each `array.sum t` whose `t` is `map.fneg u` or `map.fmul a, c` (an array

@@ -485,10 +485,7 @@ impl BlockPass<'_> {
             _ => None,
         };
         let op = match (&op, args.iter().map(constant).collect::<Vec<_>>().as_slice()) {
-            (Op::FBinary(FBinOp::Add), [Some(a), Some(b)]) => Op::FConst(a + b),
-            (Op::FBinary(FBinOp::Sub), [Some(a), Some(b)]) => Op::FConst(a - b),
-            (Op::FBinary(FBinOp::Mul), [Some(a), Some(b)]) => Op::FConst(a * b),
-            (Op::FBinary(FBinOp::Div), [Some(a), Some(b)]) => Op::FConst(a / b),
+            (Op::FBinary(b), [Some(x), Some(y)]) => Op::FConst(b.eval(*x, *y)),
             _ => op,
         };
         let args = if matches!(op, Op::FConst(_)) { Vec::new() } else { args };

@@ -195,10 +195,10 @@ fn inline_passes(mut module: Module, rules: &[RuleIds], special: Option<&EntryRu
             if f.is_reverse_pass() {
                 // The chains of adjoints that run through the inlined passes are shortened
                 // across them; the coefficients that do not change in a loop leave it.
-                f = signs::sink_negations(axpy::fuse_scaled_accumulations(shorten_chains(
+                f = axpy::fuse_scaled_accumulations(shorten_chains(
                     dce::remove_dead_code(&axpy::factor_sums(f)),
                     &module.types,
-                )));
+                ));
             }
             module.funcs[id] = dce::remove_dead_code(&f);
         }
@@ -377,8 +377,9 @@ fn derive_function(
     );
     // Shortened once loads are forwarded and equal values merged, so that the terms of
     // one adjoint meet (`x̄ · l + x̄ · l`, two reads of `l[j]` that CSE made one).
-    let rev_func = dce::remove_dead_code(&signs::sink_negations(axpy::fuse_scaled_accumulations(
-        shorten_chains(dce::remove_dead_code(&axpy::factor_sums(cleaned)), types),
+    let rev_func = dce::remove_dead_code(&axpy::fuse_scaled_accumulations(shorten_chains(
+        dce::remove_dead_code(&axpy::factor_sums(cleaned)),
+        types,
     )));
     // Records on stacks the reverse pass no longer reads are not made.
     let read = inert::tape_fields_read(&rev_func, rule.tape_sid);

@@ -94,6 +94,13 @@ fn access(op: &Op) -> Access {
     }
 }
 
+/// Whether `op` may change elements of an array that exists before it (a store, an
+/// in-place kernel, a call): what a pass that moves a read of an array past other
+/// instructions must not move it past.
+pub fn may_write_elements(op: &Op) -> bool {
+    matches!(access(op), Access::Store | Access::Writes)
+}
+
 /// An element: the array and its indices.
 type Element = Vec<Value>;
 
