@@ -159,6 +159,9 @@ struct FnLower<'a, 'b> {
     /// While the copies of an unrolled body are lowered: the accesses whose address
     /// moves by a fixed stride from one copy to the next (see `stepped_access`).
     stepped: Option<Stepped>,
+    /// Where the back edge into a header goes when it is not the header's own block: an
+    /// unrolled loop's body jumps back to the loop as written (`unrolled_copies`).
+    latch_target: HashMap<mcir_ir::Block, CBlock>,
     /// `sin x` and `cos x` of one operand in one block: each instruction's partner's
     /// result. The first of a pair to be lowered computes both with one `sincos` call.
     sincos_partner: HashMap<mcir_ir::Inst, Value>,
@@ -379,6 +382,7 @@ impl<'a> Lowering<'a> {
             early_fields: HashMap::new(),
             releases_arena: f.insts.iter().any(|(_, d)| matches!(d.op, Op::ArenaRelease)),
             stepped: None,
+            latch_target: HashMap::new(),
             sincos_partner: sincos_pairs(f),
             sincos_slot: None,
             map_partner: HashMap::new(),
@@ -458,14 +462,29 @@ impl FnLower<'_, '_> {
         self.check(flag, site, FAIL_TIMEOUT, [z, z, z]);
     }
 
-    /// The time-limit test of a loop whose header has a counter that steps by one:
-    /// every 1024 iterations (when the counter is a multiple of 1024), through the
-    /// runtime and the shared unwinding block. Every other iteration pays one test of
-    /// the counter and keeps the context out of its registers. (A failure block of its
-    /// own, outside the loop, would also stop Cranelift hoisting invariant code out of
-    /// the rest of the loop.)
-    fn poll_every(&mut self, counter: CValue, site: i64, mask: i64) {
+    /// The time-limit test of a loop whose header has a counter that steps by one, once
+    /// every 1024 iterations, through the runtime and the shared unwinding block. Every
+    /// other iteration pays one test of the counter and keeps the context out of its
+    /// registers. (A failure block of its own, outside the loop, would also stop
+    /// Cranelift hoisting invariant code out of the rest of the loop.)
+    ///
+    /// A loop that holds other loops tests when the counter is a multiple of 1024 (a
+    /// `mask` of 1023, or fewer low bits for a loop that runs several iterations per
+    /// pass), so also on entry at 0: whatever runs inside it runs between two tests. An
+    /// innermost loop (`innermost`) tests when the counter's low bits are all ones, so a
+    /// short one, entered at 0 and left before 1023, does not test at all: short inner
+    /// loops (the gmm's `for j in 0..r`, entered for every point and component) paid
+    /// for a test on every entry. Every stretch of running without a test is then at
+    /// most 1024 iterations of an innermost loop for each of 1024 iterations of the
+    /// loop around it.
+    fn poll_every(&mut self, counter: CValue, site: i64, mask: i64, innermost: bool) {
         let low = self.b.ins().band_imm_u(counter, mask);
+        let low = if innermost {
+            // Zero (poll) when every bit of the mask is set.
+            self.b.ins().bxor_imm_u(low, mask)
+        } else {
+            low
+        };
         let poll = self.b.create_block();
         let cont = self.b.create_block();
         self.b.ins().brif(low, cont, &[], poll, &[]);
@@ -586,7 +605,8 @@ impl FnLower<'_, '_> {
     /// In front of loop header `h` (whose block is current, its parameters bound):
     /// when the next `u.factor` tests of the loop would pass, run that many copies of
     /// its body and come back; otherwise go on to the header as written, in a block of
-    /// its own (see `crate::unroll`). Leaves that block current.
+    /// its own that the loop's body jumps back to (see `crate::unroll`). Leaves that
+    /// block current, `h`'s parameters bound to its parameters.
     fn unrolled_copies(&mut self, h: mcir_ir::Block, plan: CopyPlan, site: i64) -> Result<(), String> {
         let f = self.f;
         let CopyPlan { unroll: u, guarded, pairs } = plan;
@@ -598,12 +618,23 @@ impl FnLower<'_, '_> {
         let distinct = pairs.as_ref().map(|p| p.distinct.clone()).unwrap_or_default();
         let short = self.copies_cannot_run(u, counter, &guarded, &distinct)?;
         let copies = self.b.create_block();
-        let rest = self.b.create_block();
-        // The target that leaves the unrolled loop first (see `terminator`).
-        self.b.ins().brif(short, rest, &[], copies, &[]);
-        self.b.switch_to_block(copies);
         let params = f.blocks[h].params.clone();
         let bound: Vec<Option<CValue>> = params.iter().map(|p| self.vals[p.index()]).collect();
+        // The loop as written is a loop of its own, with a header block taking the same
+        // parameters, which its body jumps back to: once fewer than `factor` iterations
+        // are left, the last ones do not test for copies again.
+        let rest = self.b.create_block();
+        let mut into_rest: Vec<cranelift_codegen::ir::BlockArg> = Vec::with_capacity(params.len());
+        let mut rest_params: Vec<Option<CValue>> = Vec::with_capacity(params.len());
+        for v in &bound {
+            let v = v.ok_or("an unrolled loop's header parameter is not lowered")?;
+            let t = self.b.func.dfg.value_type(v);
+            rest_params.push(Some(self.b.append_block_param(rest, t)));
+            into_rest.push(v.into());
+        }
+        // The target that leaves the unrolled loop first (see `terminator`).
+        self.b.ins().brif(short, rest, &into_rest, copies, &[]);
+        self.b.switch_to_block(copies);
         let Terminator::Jump(back) = &f.blocks[u.body].term else {
             return Err("an unrolled loop's body must jump back to its header".into());
         };
@@ -631,7 +662,7 @@ impl FnLower<'_, '_> {
                 }
                 self.b.ins().jump(vloop, &start);
                 self.b.switch_to_block(vloop);
-                self.poll_every(vcounter, site, 1023 & !(u.factor - 1));
+                self.poll_every(vcounter, site, 1023 & !(u.factor - 1), true);
                 let carried = pairs.sums.iter().zip(&vsums).map(|(&k, &v)| (params[k], v)).collect();
                 let (c, lanes_in) = self.pair_copies(h, u, vcounter, carried, &pairs.sums)?;
                 let more_short = self.copies_cannot_run(u, c, &guarded, &distinct)?;
@@ -673,12 +704,13 @@ impl FnLower<'_, '_> {
         }
         let jump_args: Vec<cranelift_codegen::ir::BlockArg> = args.iter().map(|&v| v.into()).collect();
         self.b.ins().jump(self.blocks[h.index()], &jump_args);
-        for (p, v) in params.iter().zip(bound) {
+        for (p, v) in params.iter().zip(rest_params) {
             self.vals[p.index()] = v;
         }
         // The loop as written, for the last iterations, checks them again.
         self.restore_proofs(saved_proofs);
         self.b.switch_to_block(rest);
+        self.latch_target.insert(h, rest);
         Ok(())
     }
 
@@ -1029,12 +1061,17 @@ impl FnLower<'_, '_> {
                     .map(|u| self.copy_plan(u));
                 match (unit_step_param(f, b, &cfg), plan) {
                     (Some(p), Some(plan)) => {
-                        // Both loops pass a counter value that is a multiple of 1024
-                        // give or take the factor at least once every 1024 iterations.
-                        self.poll_every(self.v(p)?, site, 1023 & !(plan.unroll.factor - 1));
+                        // Both loops pass a counter value whose low bits are all ones
+                        // give or take the factor at least once every 1024 iterations;
+                        // a loop of one body block holds no other.
+                        self.poll_every(self.v(p)?, site, 1023 & !(plan.unroll.factor - 1), true);
                         self.unrolled_copies(b, plan, site)?;
                     }
-                    (Some(p), None) => self.poll_every(self.v(p)?, site, 1023),
+                    (Some(p), None) => {
+                        let innermost =
+                            cfg.loop_blocks(b).iter().all(|&l| l == b || cfg.latches(l).next().is_none());
+                        self.poll_every(self.v(p)?, site, 1023, innermost)
+                    }
                     _ => self.interrupt_check(site),
                 }
             }
@@ -1068,7 +1105,8 @@ impl FnLower<'_, '_> {
         match term {
             Terminator::Jump(c) => {
                 let args = self.block_args(c)?;
-                self.b.ins().jump(self.blocks[c.block.index()], &args);
+                let target = self.latch_target.get(&c.block).copied().unwrap_or(self.blocks[c.block.index()]);
+                self.b.ins().jump(target, &args);
             }
             Terminator::Branch { cond, then_dest, else_dest } => {
                 let c = self.v(*cond)?;

@@ -5,8 +5,10 @@
 //! `s += x[i]` (`dx[i] += s̄`) spends more on them than on its work. A loop of one
 //! header and one body block whose counter steps by one is lowered with a second
 //! header in front: when the counter shows that the next `factor` tests of the loop
-//! would all pass, `factor` copies of the body run back to back; otherwise the loop
-//! runs as written, one iteration, and comes back. The copies are the same
+//! would all pass, `factor` copies of the body run back to back and the test comes
+//! again; otherwise the loop runs as written to its end, a loop of its own whose body
+//! jumps back to its own header (fewer than `factor` iterations are left, and they do
+//! not test for copies again). The copies are the same
 //! instructions with the same checks in the same order as the iterations they stand
 //! for, so the facts that made an index or a step safe (`bounds`) hold in every copy.
 //! A load or store whose indices are proven, fixed for the loop, or moving with the
