@@ -36,19 +36,26 @@ pub(crate) struct Forward {
 
 /// The arrays a function makes (`fill`, `zeros`, `zeros_like`, literals, copies) whose
 /// overwrites need not be undone by its reverse pass. Every use of such an array in the
-/// function is a load or a write of an element, its extent, or returning it, and no
-/// write can follow a load whose value the reverse pass may read (no store is reachable
-/// from such a load without making the array anew: one made in a loop is a new array on
-/// every iteration). The reverse pass reads the array's elements only where it reloads
-/// what a load read, and only for a load whose value some adjoint needs; as nothing is
-/// written after any such load, the array then holds what every such load saw, so the
-/// reverse of a write need not restore the old element and the forward pass need not
-/// keep it. A load whose value only flows through sums into stores, as in `y[r] += a`,
-/// is never reloaded (see [`value_unread_by_reverse`]), so an accumulation into a fresh
-/// array keeps nothing. Nothing before the allocation could read the array, and a
-/// caller that reads a returned array reverses those reads before this reverse pass
-/// runs.
-pub(crate) fn unrestored_arrays(primal: &Function) -> std::collections::HashSet<Value> {
+/// function is a load or a write of an element, its extent, returning it, or passing it
+/// to a call that reads it (see [`reading_call`]), and no write can follow a load whose
+/// value the reverse pass may read, or such a call (no store is reachable from either
+/// without making the array anew: one made in a loop is a new array on every
+/// iteration). The reverse pass reads the array's elements only where it reloads what
+/// a load read, for a load whose value some adjoint needs, and in the reverse passes of
+/// the calls it was passed to; as nothing is written after any of those, the array
+/// then holds what each of them saw, so the reverse of a write need not restore the old
+/// element and the forward pass need not keep it. A load whose value only flows
+/// through sums into stores, as in `y[r] += a`, is never reloaded (see
+/// [`value_unread_by_reverse`]), so an accumulation into a fresh array keeps nothing.
+/// Nothing before the allocation could read the array, and a caller that reads a
+/// returned array reverses those reads before this reverse pass runs. The gmm's
+/// `main_term`, filled in one loop and read a row at a time by `logsumexp_row` in the
+/// next, keeps nothing.
+pub(crate) fn unrestored_arrays(
+    types: &TypeTable,
+    rules: &[RuleIds],
+    primal: &Function,
+) -> std::collections::HashSet<Value> {
     let mut out: std::collections::HashSet<Value> = std::collections::HashSet::new();
     for (_, data) in primal.blocks.iter() {
         for &i in &data.insts {
@@ -63,10 +70,11 @@ pub(crate) fn unrestored_arrays(primal: &Function) -> std::collections::HashSet<
     for (_, data) in primal.blocks.iter() {
         for &i in &data.insts {
             let d = &primal.insts[i];
+            let reads = reading_call(types, rules, primal, i);
             for (k, a) in d.args.iter().enumerate() {
                 let element_access =
                     k == 0 && matches!(d.op, Op::Store | Op::TrustedStore | Op::Load | Op::TrustedLoad);
-                if !element_access && !matches!(d.op, Op::ArrayDim(_)) {
+                if !element_access && !reads && !matches!(d.op, Op::ArrayDim(_)) {
                     out.remove(a);
                 }
             }
@@ -92,8 +100,19 @@ pub(crate) fn unrestored_arrays(primal: &Function) -> std::collections::HashSet<
         .filter_map(|d| d.result)
         .filter(|&r| value_unread_by_reverse(primal, &users, r, UNREAD_DEPTH))
         .collect();
-    out.retain(|&array| !store_follows_load(primal, &unread, array));
+    out.retain(|&array| !store_follows_load(types, rules, primal, &unread, array));
     out
+}
+
+/// Whether instruction `i` is a call that only reads the memory it is given and can keep
+/// none of it: its callee writes nothing it was given (`RuleIds::writes_arguments`) and
+/// its result holds no address, so after the call no alias of an array passed to it is
+/// left, and the array holds what it did before.
+fn reading_call(types: &TypeTable, rules: &[RuleIds], primal: &Function, i: mcir_ir::Inst) -> bool {
+    let d = &primal.insts[i];
+    let Op::Call(g) = d.op else { return false };
+    rules.get(g.index()).is_some_and(|r| !r.writes_arguments)
+        && d.result.is_none_or(|r| !mcir_ir::effects::holds_address(types, primal.value_type(r)))
 }
 
 /// For each value, the instructions that use it and whether a terminator does.
@@ -146,16 +165,27 @@ fn value_unread_by_reverse(f: &Function, users: &Users, v: Value, depth: u32) ->
 /// block (itself included, around a loop) without running the allocation again. An
 /// array made inside a loop is a new array on each iteration: what an iteration writes
 /// after the last one read is another array.
-fn store_follows_load(primal: &Function, unread: &std::collections::HashSet<Value>, array: Value) -> bool {
+fn store_follows_load(
+    types: &TypeTable,
+    rules: &[RuleIds],
+    primal: &Function,
+    unread: &std::collections::HashSet<Value>,
+    array: Value,
+) -> bool {
     let made_in = primal
         .blocks
         .iter()
         .find_map(|(b, data)| data.insts.iter().any(|&i| primal.insts[i].result == Some(array)).then_some(b));
     // Each access to `array` in block `b`, in order: `Some(true)` a store, `Some(false)`
-    // a load the reverse pass may read, `None` a load it never reads.
+    // a load the reverse pass may read or a call it is passed to, `None` a load it never
+    // reads.
     let accesses = |b: Block| {
         primal.blocks[b].insts.iter().filter_map(move |&i| {
             let d = &primal.insts[i];
+            if matches!(d.op, Op::Call(_)) {
+                return (d.args.contains(&array) && reading_call(types, rules, primal, i))
+                    .then_some(Some(false));
+            }
             let store = matches!(d.op, Op::Store | Op::TrustedStore);
             let load = matches!(d.op, Op::Load | Op::TrustedLoad);
             if !(store || load) || d.args.first() != Some(&array) {
@@ -292,7 +322,7 @@ pub(crate) fn build_forward(
         edge_marks: Vec::new(),
         counter_marks: Vec::new(),
         returns: Vec::new(),
-        unrestored: unrestored_arrays(primal),
+        unrestored: unrestored_arrays(&module.types, ids, primal),
     };
     let types = &mut module.types;
     // Blocks and their parameters.

@@ -90,6 +90,11 @@ pub struct RuleIds {
     pub fwd_ret: TypeId,
     /// The return type of `f$rev`, if it returns anything.
     pub rev_ret: Option<TypeId>,
+    /// Whether the primal function may write memory it was given, directly or through a
+    /// call (`mcir_ir::effects::argument_writes`): a caller that passes it a fresh array
+    /// and writes the array only before the call need not undo those writes
+    /// (`forward::unrestored_arrays`).
+    pub writes_arguments: bool,
 }
 
 /// A module with a derived rule for each of its functions.
@@ -140,10 +145,13 @@ pub fn derive_with(
 ) -> Result<Derived, AdError> {
     let mut module = module.clone();
     let primals: Vec<(FuncId, Function)> = module.funcs.iter().map(|(id, f)| (id, f.clone())).collect();
+    let writes = mcir_ir::effects::argument_writes(&module);
     // Declare every rule first: calls refer to them before they are built.
     let mut rules = Vec::new();
-    for (_, f) in &primals {
-        rules.push(declare_rule(&mut module, f, "", &[]));
+    for (id, f) in &primals {
+        let mut rule = declare_rule(&mut module, f, "", &[]);
+        rule.writes_arguments = writes.get(id.index()).is_none_or(|w| w.is_some());
+        rules.push(rule);
     }
     for (fid, primal) in &primals {
         let rule = rules[fid.index()].clone();
@@ -154,7 +162,8 @@ pub fn derive_with(
     let mut special = None;
     if let Some((f, constant)) = entry.filter(|(_, c)| c.iter().any(|&k| k)) {
         let primal = module.funcs[f].clone();
-        let rule = declare_rule(&mut module, &primal, "$const", &constant);
+        let mut rule = declare_rule(&mut module, &primal, "$const", &constant);
+        rule.writes_arguments = rules[f.index()].writes_arguments;
         let (fwd, rev) = rule_passes(&mut module, &rules, &rule, f, &primal, options, &constant)?;
         module.funcs[rule.fwd] = fwd;
         module.funcs[rule.rev] = rev;
@@ -218,7 +227,9 @@ fn declare_rule(module: &mut Module, f: &Function, suffix: &str, constant: &[boo
     let (rparams, rev_ret) = reverse::reverse_signature(&mut module.types, f, tape_ty);
     let fwd = module.add_function(Function::new(&format!("{}$fwd{suffix}", f.name), &fparams, Some(fwd_ret)));
     let rev = module.add_function(Function::new(&format!("{}$rev{suffix}", f.name), &rparams, rev_ret));
-    RuleIds { name: f.name.clone(), fwd, rev, tape_sid, tape_ty, fwd_ret, rev_ret }
+    // Whether the function writes what it is given is set by the caller, which knows the
+    // module's effects; until then it is assumed to.
+    RuleIds { name: f.name.clone(), fwd, rev, tape_sid, tape_ty, fwd_ret, rev_ret, writes_arguments: true }
 }
 
 /// The two passes of `rule`, a rule of `primal` (function `fid`): from its hand-written

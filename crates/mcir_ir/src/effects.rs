@@ -67,8 +67,9 @@ pub fn argument_writes(module: &Module) -> Vec<Option<Span>> {
     }
 }
 
-/// Whether a value of type `t` holds an address (an array, cell or mutable record).
-fn holds_address(types: &TypeTable, t: TypeId) -> bool {
+/// Whether a value of type `t` is, or holds, the address of memory: an array, cell or
+/// stack, or a tuple or struct holding one (a mutable struct is memory itself).
+pub fn holds_address(types: &TypeTable, t: TypeId) -> bool {
     match types.try_get(t) {
         Some(Type::Array { .. } | Type::Ref(_) | Type::Stack(_)) => true,
         Some(Type::Tuple(items)) => items.iter().any(|&i| holds_address(types, i)),
