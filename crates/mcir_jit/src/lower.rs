@@ -162,6 +162,11 @@ struct FnLower<'a, 'b> {
     /// Where the back edge into a header goes when it is not the header's own block: an
     /// unrolled loop's body jumps back to the loop as written (`unrolled_copies`).
     latch_target: HashMap<mcir_ir::Block, CBlock>,
+    /// The reservations whose stack nothing else grows (`sole_reservations`), and, once
+    /// lowered, each one's data pointer and the stack's length after it, which the
+    /// `stack.put`s into its room use instead of reading the stack again.
+    sole_reservations: HashSet<Value>,
+    cursors: HashMap<Value, (CValue, CValue)>,
     /// `sin x` and `cos x` of one operand in one block: each instruction's partner's
     /// result. The first of a pair to be lowered computes both with one `sincos` call.
     sincos_partner: HashMap<mcir_ir::Inst, Value>,
@@ -304,6 +309,36 @@ const INLINE_ARRAY_ELEMS: i64 = 64;
 
 /// A parameter of loop header `h` that every back edge moves by exactly one (`p + 1`,
 /// `p - 1`, `p + -1`), so it passes a multiple of 1024 every 1024 iterations.
+/// The `stack.reserve`s of `f` whose stack is used by nothing else but `stack.put`s and
+/// being recorded in a tuple or struct (the tape): between such a reservation and a put
+/// into its room (which uses its result, so runs after it), the stack cannot have grown
+/// or moved, unless the reservation ran again and made a new result.
+fn sole_reservations(f: &Function) -> HashSet<Value> {
+    let mut reservations: HashMap<Value, Vec<Value>> = HashMap::new();
+    let mut other_uses: HashSet<Value> = HashSet::new();
+    for (_, d) in f.insts.iter() {
+        match d.op {
+            Op::StackReserve => {
+                if let (Some(&st), Some(r)) = (d.args.first(), d.result) {
+                    reservations.entry(st).or_default().push(r);
+                }
+                other_uses.extend(d.args.iter().skip(1).copied());
+            }
+            Op::StackPut => other_uses.extend(d.args.iter().skip(1).copied()),
+            Op::TupleNew | Op::StructNew(_) => {}
+            _ => other_uses.extend(d.args.iter().copied()),
+        }
+    }
+    for (_, data) in f.blocks.iter() {
+        other_uses.extend(data.term.uses());
+    }
+    reservations
+        .into_iter()
+        .filter(|(st, rs)| rs.len() == 1 && !other_uses.contains(st))
+        .flat_map(|(_, rs)| rs)
+        .collect()
+}
+
 fn unit_step_param(f: &Function, h: mcir_ir::Block, cfg: &ControlFlow) -> Option<Value> {
     let is_unit = |v: Value| {
         let mcir_ir::ValueDef::Inst(i) = f.values[v].def else { return false };
@@ -383,6 +418,8 @@ impl<'a> Lowering<'a> {
             releases_arena: f.insts.iter().any(|(_, d)| matches!(d.op, Op::ArenaRelease)),
             stepped: None,
             latch_target: HashMap::new(),
+            sole_reservations: sole_reservations(f),
+            cursors: HashMap::new(),
             sincos_partner: sincos_pairs(f),
             sincos_slot: None,
             map_partner: HashMap::new(),
@@ -2158,18 +2195,32 @@ impl FnLower<'_, '_> {
                     .unwrap_or(len);
                 self.b.ins().jump(done, &[r.into()]);
                 self.b.switch_to_block(done);
+                if let Some(r) = d.result.filter(|r| self.sole_reservations.contains(r)) {
+                    // Nothing grows the stack until this reservation runs again, which
+                    // makes a new offset: the puts into this room keep these.
+                    let data = self.b.ins().load(P, flags(), st, stack::DATA);
+                    let end = self.b.ins().iadd(base, wanted);
+                    self.cursors.insert(r, (data, end));
+                }
                 Some(self.b.ins().isub(base, lo))
             }
             Op::StackPut => {
                 let site = fallible_site(self);
                 let st = args[0];
-                let len = self.b.ins().load(P, flags(), st, stack::LEN);
+                let cursor = self.cursors.get(&d.args[1]).copied();
+                let len = match cursor {
+                    Some((_, end)) => end,
+                    None => self.b.ins().load(P, flags(), st, stack::LEN),
+                };
                 // Reserved room only: an index past the end is an internal error.
                 let index = self.b.ins().iadd(args[1], args[2]);
                 let past = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, index, len);
                 let z = self.zero();
                 self.check(past, site, FAIL_STACK_PUT, [z, z, z]);
-                let data = self.b.ins().load(P, flags(), st, stack::DATA);
+                let data = match cursor {
+                    Some((data, _)) => data,
+                    None => self.b.ins().load(P, flags(), st, stack::DATA),
+                };
                 let off = self.b.ins().ishl_imm_u(index, 3);
                 let addr = self.b.ins().iadd(data, off);
                 let v = match machine_type(arg_ty(3)) {
