@@ -12,7 +12,7 @@ use cranelift_codegen::ir::{
     types, AbiParam, Block as CBlock, FuncRef, InstBuilder, MemFlagsData, Signature, Type as CType,
     UserFuncName, Value as CValue,
 };
-use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use cranelift_jit::JITModule;
 use cranelift_module::{FuncId as CFuncId, Module as _};
 use mcir_ir::cfg::ControlFlow;
@@ -167,6 +167,12 @@ struct FnLower<'a, 'b> {
     /// `stack.put`s into its room use instead of reading the stack again.
     sole_reservations: HashSet<Value>,
     cursors: HashMap<Value, (CValue, CValue)>,
+    /// The stacks this function only pops (`popped_only`), and, once read, each one's
+    /// data pointer and its length in a variable: a pop then reads no length that the
+    /// one before it has just stored, so pops in a loop do not wait on each other
+    /// through memory. (The length is still stored, so that memory stays exact.)
+    popped_only: HashSet<Value>,
+    pop_cursors: HashMap<Value, (CValue, Variable)>,
     /// `sin x` and `cos x` of one operand in one block: each instruction's partner's
     /// result. The first of a pair to be lowered computes both with one `sincos` call.
     sincos_partner: HashMap<mcir_ir::Inst, Value>,
@@ -339,6 +345,39 @@ fn sole_reservations(f: &Function) -> HashSet<Value> {
         .collect()
 }
 
+/// The stacks `f` reads from a record it was given and only pops or peeks: the record's
+/// field is read once, and the record itself only has its fields read (it is not passed
+/// on or stored), so no other value in the function refers to the stack and nothing but
+/// these pops changes it while the function runs. A reverse pass's tape stacks are so.
+fn popped_only(f: &Function) -> HashSet<Value> {
+    let mut fields: HashMap<(Value, u32), Vec<Value>> = HashMap::new();
+    let mut popped: HashSet<Value> = HashSet::new();
+    let mut other_uses: HashSet<Value> = HashSet::new();
+    for (_, d) in f.insts.iter() {
+        match d.op {
+            Op::StructGet(_, k) => {
+                if let (Some(&rec), Some(r)) = (d.args.first(), d.result) {
+                    fields.entry((rec, k)).or_default().push(r);
+                }
+            }
+            Op::StackPop | Op::StackPeek => {
+                popped.extend(d.args.first().copied());
+                other_uses.extend(d.args.iter().skip(1).copied());
+            }
+            _ => other_uses.extend(d.args.iter().copied()),
+        }
+    }
+    for (_, data) in f.blocks.iter() {
+        other_uses.extend(data.term.uses());
+    }
+    fields
+        .into_iter()
+        .filter(|((rec, _), vs)| vs.len() == 1 && !other_uses.contains(rec))
+        .flat_map(|(_, vs)| vs)
+        .filter(|v| popped.contains(v) && !other_uses.contains(v))
+        .collect()
+}
+
 fn unit_step_param(f: &Function, h: mcir_ir::Block, cfg: &ControlFlow) -> Option<Value> {
     let is_unit = |v: Value| {
         let mcir_ir::ValueDef::Inst(i) = f.values[v].def else { return false };
@@ -420,6 +459,8 @@ impl<'a> Lowering<'a> {
             latch_target: HashMap::new(),
             sole_reservations: sole_reservations(f),
             cursors: HashMap::new(),
+            popped_only: popped_only(f),
+            pop_cursors: HashMap::new(),
             sincos_partner: sincos_pairs(f),
             sincos_slot: None,
             map_partner: HashMap::new(),
@@ -2233,15 +2274,25 @@ impl FnLower<'_, '_> {
             Op::StackPop | Op::StackPeek => {
                 let site = fallible_site(self);
                 let st = args[0];
-                let len = self.b.ins().load(P, flags(), st, stack::LEN);
+                let cursor = self.pop_cursors.get(&d.args[0]).copied();
+                let len = match cursor {
+                    Some((_, var)) => self.b.use_var(var),
+                    None => self.b.ins().load(P, flags(), st, stack::LEN),
+                };
                 let empty = self.b.ins().icmp_imm_s(IntCC::Equal, len, 0);
                 let z = self.zero();
                 self.check(empty, site, FAIL_EMPTY_STACK, [z, z, z]);
                 let down = self.b.ins().iadd_imm_s(len, -1);
                 if matches!(d.op, Op::StackPop) {
                     self.b.ins().store(flags(), down, st, stack::LEN);
+                    if let Some((_, var)) = cursor {
+                        self.b.def_var(var, down);
+                    }
                 }
-                let data = self.b.ins().load(P, flags(), st, stack::DATA);
+                let data = match cursor {
+                    Some((data, _)) => data,
+                    None => self.b.ins().load(P, flags(), st, stack::DATA),
+                };
                 let off = self.b.ins().imul_imm_s(down, 8);
                 let addr = self.b.ins().iadd(data, off);
                 let t = machine_type(result_ty.ok_or("stack.pop without result")?);
@@ -2250,6 +2301,16 @@ impl FnLower<'_, '_> {
         };
         if let (Some(r), Some(v)) = (d.result, out) {
             self.vals[r.index()] = Some(v);
+            if self.popped_only.contains(&r) {
+                let data = self.b.ins().load(P, flags(), v, stack::DATA);
+                let len = self.b.ins().load(P, flags(), v, stack::LEN);
+                let var = match self.pop_cursors.get(&r) {
+                    Some(&(_, var)) => var,
+                    None => self.b.declare_var(P),
+                };
+                self.b.def_var(var, len);
+                self.pop_cursors.insert(r, (data, var));
+            }
         } else if let Some(r) = d.result {
             return Err(format!("{r} ({}) has no lowered value", types.display(f.value_type(r))));
         }
