@@ -93,6 +93,8 @@ fn lend(o: &mut Owned) -> Arg<'_> {
 /// Compiles `source`, then times `iters` primal and gradient calls of `name` at `args`.
 /// The gradient is taken with the parameters' `kinds` (constants are not differentiated;
 /// see [`crate::ArgKind`]); the JVP along all-ones tangents of every differentiable one.
+/// With `specialise`, the function is compiled for the shapes of `args`
+/// ([`Program::specialised`]), and compiling is timed with that step.
 #[allow(clippy::too_many_arguments)]
 pub fn bench(
     file: &str,
@@ -103,13 +105,23 @@ pub fn bench(
     kinds: &[crate::ArgKind],
     limits: &Limits,
     source_limits: &crate::SourceLimits,
+    specialise: bool,
 ) -> Result<BenchReport, ApiError> {
-    let compile = |file: &str, source: &str| Program::compile_with(file, source, source_limits);
     // Arguments are read first: decoding JSON is not compiling.
-    let parsed = compile(file, source).map_err(|e| ApiError::Compile(e.render()))?;
+    let parsed =
+        Program::compile_with(file, source, source_limits).map_err(|e| ApiError::Compile(e.render()))?;
     let pid = parsed.entry(name).map_err(|e| ApiError::Args(e.to_string()))?;
     let args =
         crate::json::decode_args(&parsed.module, pid, args_json).map_err(|e| ApiError::Args(e.message))?;
+    let shapes: Vec<Option<Vec<usize>>> =
+        args.iter().map(|a| if let Value::Array(a) = a { Some(a.shape.clone()) } else { None }).collect();
+    let compile = |file: &str, source: &str| -> Result<Program, crate::CompileError> {
+        let p = Program::compile_with(file, source, source_limits)?;
+        match (specialise, p.entry(name)) {
+            (true, Ok(id)) => p.specialised(id, &shapes),
+            _ => Ok(p),
+        }
+    };
     // Compiling — source to native code for the function and its gradient — is timed
     // like the calls: the median of several rounds (the first round of a process also
     // pays one-time start-up costs, which a long-running embedding pays once).

@@ -138,6 +138,30 @@ impl Program {
         self
     }
 
+    /// The same program with function `func` compiled for arguments of the given shapes
+    /// (`None` for an argument left generic, a scalar or an array whose shape may vary):
+    /// their extents become constants, and loops that then run a few times are unrolled
+    /// (`mcir_ir::specialise`), as JAX's `jit` compiles for the shapes it is called
+    /// with. The function checks on entry that its arguments have those shapes, and
+    /// fails with an error saying so otherwise; derivatives are taken of this code.
+    pub fn specialised(&self, func: FuncId, shapes: &[Option<Vec<usize>>]) -> Result<Program, CompileError> {
+        let module = mcir_ir::specialise::specialise(&self.module, func, shapes);
+        if let Err(e) = mcir_ir::verify_module(&module) {
+            return Err(CompileError {
+                source: Arc::clone(&self.source),
+                diagnostics: vec![mcir_syntax::Diagnostic::error(
+                    format!("internal compiler error: specialising broke the IR: {e}"),
+                    Default::default(),
+                )],
+            });
+        }
+        let mut p = Program::from_parts(Arc::clone(&self.source), module);
+        p.written = Arc::clone(&self.written);
+        p.generic = Arc::clone(&self.generic);
+        p.engine = self.engine;
+        Ok(p)
+    }
+
     /// The engine that runs this program's code.
     pub fn engine(&self) -> Engine {
         self.engine

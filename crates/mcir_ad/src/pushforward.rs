@@ -564,6 +564,7 @@ impl Builder<'_> {
             | Op::IToF
             | Op::FToI
             | Op::ArrayDim(_)
+            | Op::ExpectDim(_)
             | Op::MapIBinary(_)
             | Op::ArenaMark
             | Op::ArenaRelease

@@ -1126,6 +1126,7 @@ impl<'a> Reverse<'a> {
             | Op::IToF
             | Op::FToI
             | Op::ArrayDim(_)
+            | Op::ExpectDim(_)
             | Op::MapIBinary(_)
             | Op::Print => {}
             Op::FBinary(op) => {

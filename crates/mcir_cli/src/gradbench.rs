@@ -41,11 +41,14 @@ const BUILT_IN: &[(&str, &str)] = &[
     ("lstm", include_str!("../../../benches/gradbench/lstm.mcir")),
 ];
 
-/// Where the programs come from.
+/// Where the programs come from, and how they are compiled.
 #[derive(Clone, Debug, Default)]
 pub struct Options {
     /// A directory of `MODULE.mcir` files instead of the built-in programs.
     pub dir: Option<std::path::PathBuf>,
+    /// Run the code compiled at `define` for any shapes, instead of compiling each
+    /// function again for the shapes of the inputs it is evaluated on.
+    pub generic: bool,
 }
 
 /// What an eval function computes.
@@ -126,9 +129,61 @@ enum ParamKind {
 struct Entry {
     computes: Computes,
     params: Vec<Param>,
+    /// Compiled at `define`, for any shapes.
     prepared: mcir::Prepared<'static>,
+    /// Compiled for the shapes of an input (`mcir::Program::specialised`), the first
+    /// time an input of those shapes comes, unless the session runs generic code.
+    specialised: HashMap<Vec<Vec<usize>>, mcir::Prepared<'static>>,
+    program: &'static mcir::Program,
+    /// The function's name and id in `program`.
+    name: String,
+    id: mcir::FuncId,
+    kinds: Vec<mcir::ArgKind>,
+    generic: bool,
     /// Whether the result is an array (else an `f64`).
     returns_array: bool,
+}
+
+impl Entry {
+    /// The compiled code to run on arguments of these shapes, and the time it took to
+    /// compile it if it was compiled now.
+    fn code_for(
+        &mut self,
+        shapes: &[Vec<usize>],
+    ) -> Result<(&mut mcir::Prepared<'static>, Option<u64>), String> {
+        if self.generic {
+            return Ok((&mut self.prepared, None));
+        }
+        let mut took = None;
+        if !self.specialised.contains_key(shapes) {
+            let start = Instant::now();
+            let id = self.id;
+            let fixed: Vec<Option<Vec<usize>>> = self
+                .params
+                .iter()
+                .zip(shapes)
+                .map(|(p, s)| {
+                    matches!(p.kind, ParamKind::F64Array(_) | ParamKind::I64Array(_)).then(|| s.clone())
+                })
+                .collect();
+            let program = self.program.specialised(id, &fixed).map_err(|e| e.render())?;
+            // Like the program itself, specialised code lives as long as the tool.
+            let program: &'static mcir::Program = Box::leak(Box::new(program));
+            let mut prepared = program
+                .function(&self.name)
+                .map_err(|e| e.to_string())?
+                .with_kinds(&self.kinds)
+                .prepare()
+                .map_err(|e| e.to_string())?;
+            if matches!(self.computes, Computes::Gradient(..)) {
+                prepared.compile_gradient().map_err(|e| e.to_string())?;
+            }
+            self.specialised.insert(shapes.to_vec(), prepared);
+            took = Some(start.elapsed().as_nanos() as u64);
+        }
+        let code = self.specialised.get_mut(shapes).ok_or("no specialised code")?;
+        Ok((code, took))
+    }
 }
 
 /// A defined module.
@@ -245,6 +300,7 @@ fn define(name: &str, options: &Options) -> Result<Module, String> {
             Computes::Gradient(f, w) => (f.clone(), w.names()),
         };
         let function = program.function(&fname).map_err(|e| format!("{file}: {e}"))?;
+        let id = function.id();
         let module = program.module();
         let f = &module.funcs[function.id()];
         let types = &module.types;
@@ -283,7 +339,21 @@ fn define(name: &str, options: &Options) -> Result<Module, String> {
         if matches!(computes, Computes::Gradient(..)) {
             prepared.compile_gradient().map_err(|e| format!("{file}: {e}"))?;
         }
-        entries.insert(eval_name, Entry { computes, params, prepared, returns_array });
+        entries.insert(
+            eval_name,
+            Entry {
+                computes,
+                params,
+                prepared,
+                specialised: HashMap::new(),
+                program,
+                name: fname.clone(),
+                id,
+                kinds,
+                generic: options.generic,
+                returns_array,
+            },
+        );
     }
     Ok(Module { entries })
 }
@@ -386,28 +456,34 @@ fn evaluate(entry: &mut Entry, input: &Json) -> Result<(Json, Vec<Json>), String
         })
         .collect();
     let mut timings = vec![json!({"name": "prepare", "nanoseconds": prepare.elapsed().as_nanos() as u64})];
+    let returns_array = entry.returns_array;
+    let computes = entry.computes.clone();
+    let params: Vec<ParamKind> = entry.params.iter().map(|p| p.kind).collect();
+    let (code, compiled) = entry.code_for(&shapes)?;
+    if let Some(ns) = compiled {
+        timings.push(json!({"name": "specialise", "nanoseconds": ns}));
+    }
     let mut args: Vec<mcir::Arg<'_>> = buffers.iter_mut().map(|b| b.arg()).collect();
     let mut total = 0.0;
     let mut runs = 0;
     let output = loop {
         let start = Instant::now();
-        let out = match &entry.computes {
-            Computes::Value(_) if entry.returns_array => {
-                entry.prepared.call_array(&mut args).map(|v| json!(v)).map_err(|e| e.to_string())?
+        let out = match &computes {
+            Computes::Value(_) if returns_array => {
+                code.call_array(&mut args).map(|v| json!(v)).map_err(|e| e.to_string())?
             }
-            Computes::Value(_) => json!(entry.prepared.call(&mut args).map_err(|e| e.to_string())?),
+            Computes::Value(_) => json!(code.call(&mut args).map_err(|e| e.to_string())?),
             Computes::Gradient(..) => {
-                let mut slots: Vec<mcir::GradSlot<'_>> = entry
-                    .params
+                let mut slots: Vec<mcir::GradSlot<'_>> = params
                     .iter()
                     .zip(grads.iter_mut())
-                    .map(|(p, g)| match (p.kind, g) {
+                    .map(|(&kind, g)| match (kind, g) {
                         (ParamKind::F64, Some(g)) => mcir::GradSlot::F64(&mut g[0]),
                         (ParamKind::F64Array(_), Some(g)) => mcir::GradSlot::Array(g),
                         _ => mcir::GradSlot::Skip,
                     })
                     .collect();
-                entry.prepared.value_and_gradient(&mut args, &mut slots).map_err(|e| e.to_string())?;
+                code.value_and_gradient(&mut args, &mut slots).map_err(|e| e.to_string())?;
                 Json::Null
             }
         };
@@ -455,10 +531,13 @@ pub fn run(args: &[std::ffi::OsString], stdin: &mut dyn std::io::Read) -> crate:
                 Some(d) => options.dir = Some(d.into()),
                 None => return crate::Outcome::usage("--dir needs a directory"),
             },
+            Some("--generic") => options.generic = true,
             Some("-h" | "--help") => {
                 return crate::Outcome::ok(
-                    "mcc gradbench [--dir DIR]: a GradBench tool; it speaks GradBench's protocol on \
-                     standard input and output\n"
+                    "mcc gradbench [--dir DIR] [--generic]: a GradBench tool; it speaks GradBench's \
+                     protocol on standard input and output. Each function is compiled at `define`, \
+                     and again for the shapes of the first input of each shape it is evaluated on \
+                     (timed as `specialise`), unless --generic\n"
                         .to_string(),
                 )
             }

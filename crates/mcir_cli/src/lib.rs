@@ -122,6 +122,9 @@ enum Command {
         /// JSON array of arguments, or @path.json.
         #[arg(long, value_name = "ARGS")]
         args: Option<String>,
+        /// Compile the function for the shapes of --args (see `mcc bench --specialise`).
+        #[arg(long)]
+        specialise: bool,
     },
     /// Gradient (or, with seeds, vector-Jacobian product) of a function at the arguments.
     Grad {
@@ -138,6 +141,10 @@ enum Command {
         seed_args: Option<String>,
         #[command(flatten)]
         kinds: Kinds,
+        /// Compile the function, and its derivative, for the shapes of --args (see `mcc
+        /// bench --specialise`).
+        #[arg(long)]
+        specialise: bool,
     },
     /// Jacobian-vector product: the tangent of the value and of every argument's state
     /// after the call, given the arguments' tangents upon entry (forward mode).
@@ -223,6 +230,10 @@ enum Command {
         iters: usize,
         #[command(flatten)]
         kinds: Kinds,
+        /// Compile the function for the shapes of --args: extents become constants and
+        /// short loops are unrolled (the code checks the shapes on entry).
+        #[arg(long)]
+        specialise: bool,
     },
     /// A GradBench tool: GradBench's protocol on standard input and output (see
     /// `docs/performance.md`), with the programs of benches/gradbench.
@@ -230,6 +241,10 @@ enum Command {
         /// A directory of MODULE.mcir programs instead of the built-in ones.
         #[arg(long, value_name = "DIR")]
         dir: Option<std::path::PathBuf>,
+        /// Run the code compiled at `define` for any shapes, instead of compiling each
+        /// function again for the shapes of the inputs it is evaluated on.
+        #[arg(long)]
+        generic: bool,
     },
     /// Print the IR of the program (or of one function with --fn).
     Ir {
@@ -242,6 +257,11 @@ enum Command {
         /// and is differentiated; derived passes are always of that IR.
         #[arg(long)]
         opt: bool,
+        /// Print the function compiled for the shapes of these arguments (JSON array, or
+        /// @path.json), as `mcc bench --specialise` and `mcc gradbench` run it: implies
+        /// --opt.
+        #[arg(long, value_name = "ARGS")]
+        shapes_of: Option<String>,
         #[command(flatten)]
         kinds: Kinds,
     },
@@ -302,8 +322,10 @@ fn run_here(args: Vec<OsString>, stdin: &mut dyn Read) -> Outcome {
         }
     };
     match cli.command {
-        Command::Run { common, args } => cmd_run(&common, args.as_deref(), stdin),
-        Command::Ir { common, stage, opt, kinds } => cmd_ir(&common, stage, opt, &kinds, stdin),
+        Command::Run { common, args, specialise } => cmd_run(&common, args.as_deref(), specialise, stdin),
+        Command::Ir { common, stage, opt, shapes_of, kinds } => {
+            cmd_ir(&common, stage, opt, shapes_of.as_deref(), &kinds, stdin)
+        }
         // Reached only through `run`, which hands the session its real input first.
         Command::Gradbench { .. } => {
             Outcome::usage("mcc gradbench runs as a process, talking on stdin and stdout")
@@ -313,8 +335,8 @@ fn run_here(args: Vec<OsString>, stdin: &mut dyn Read) -> Outcome {
                 mcir::CheckOptions { trials, rtol, seed, ad: mcir::AdOptions { corrupt: corrupt_rule } };
             cmd_check(&common, args.as_deref(), &options, json, stdin)
         }
-        Command::Bench { common, args, iters, kinds } => {
-            cmd_bench(&common, args.as_deref(), iters, &kinds, stdin)
+        Command::Bench { common, args, iters, kinds, specialise } => {
+            cmd_bench(&common, args.as_deref(), iters, &kinds, specialise, stdin)
         }
         Command::Jvp { common, args, tangent, kinds } => {
             cmd_jvp(&common, args.as_deref(), &tangent, &kinds, false, stdin)
@@ -326,8 +348,9 @@ fn run_here(args: Vec<OsString>, stdin: &mut dyn Read) -> Outcome {
         Command::Hvp { common, args, tangent, kinds } => {
             cmd_jvp(&common, args.as_deref(), &tangent, &kinds, true, stdin)
         }
-        Command::Grad { common, args, seed, seed_args, kinds } => {
-            cmd_grad(&common, args.as_deref(), seed.as_deref(), seed_args.as_deref(), &kinds, stdin)
+        Command::Grad { common, args, seed, seed_args, kinds, specialise } => {
+            let seeds = (seed.as_deref(), seed_args.as_deref());
+            cmd_grad(&common, args.as_deref(), seeds, &kinds, specialise, stdin)
         }
     }
 }
@@ -430,12 +453,24 @@ fn limits(common: &Common) -> Result<mcir::Limits, Outcome> {
     Ok(limits)
 }
 
-fn cmd_run(common: &Common, args: Option<&str>, stdin: &mut dyn Read) -> Outcome {
+/// `program` with `func` compiled for the shapes of the arguments `args` (JSON).
+fn specialised_for(program: mcir::Program, func: mcir::FuncId, args: &str) -> Result<mcir::Program, Outcome> {
+    let values =
+        mcir::json::decode_args(program.module(), func, args).map_err(|e| Outcome::usage(e.message))?;
+    let shapes: Vec<Option<Vec<usize>>> = values
+        .iter()
+        .map(|v| if let mcir::Value::Array(a) = v { Some(a.shape.clone()) } else { None })
+        .collect();
+    program.specialised(func, &shapes).map_err(|e| Outcome::program(e.render()))
+}
+
+fn cmd_run(common: &Common, args: Option<&str>, specialise: bool, stdin: &mut dyn Read) -> Outcome {
     let result = (|| {
         let limits = limits(common)?;
         let program = compile(common, stdin)?;
         let func = program.entry(common.func.as_deref()).map_err(Outcome::usage)?;
         let args = read_json_arg("--args", args.unwrap_or("[]"))?;
+        let program = if specialise { specialised_for(program, func, &args)? } else { program };
         match program.run_json(func, &args, &limits) {
             Ok(json) => Ok(Outcome::ok(json + "\n")),
             Err(mcir::RunError::Args(e)) => Err(Outcome::usage(e)),
@@ -448,9 +483,9 @@ fn cmd_run(common: &Common, args: Option<&str>, stdin: &mut dyn Read) -> Outcome
 fn cmd_grad(
     common: &Common,
     args: Option<&str>,
-    seed: Option<&str>,
-    seed_args: Option<&str>,
+    (seed, seed_args): (Option<&str>, Option<&str>),
     kinds: &Kinds,
+    specialise: bool,
     stdin: &mut dyn Read,
 ) -> Outcome {
     let result = (|| {
@@ -458,6 +493,7 @@ fn cmd_grad(
         let program = compile(common, stdin)?;
         let func = program.entry(common.func.as_deref()).map_err(Outcome::usage)?;
         let args = read_json_arg("--args", args.unwrap_or("[]"))?;
+        let program = if specialise { specialised_for(program, func, &args)? } else { program };
         let seed = seed.map(|s| read_json_arg("--seed", s)).transpose()?;
         let seed_args = seed_args.map(|s| read_json_arg("--seed-args", s)).transpose()?;
         let kinds = kinds.resolve(program.module().funcs[func].params.len())?;
@@ -537,6 +573,7 @@ fn cmd_bench(
     args: Option<&str>,
     iters: usize,
     kinds: &Kinds,
+    specialise: bool,
     stdin: &mut dyn Read,
 ) -> Outcome {
     let result = (|| {
@@ -556,7 +593,17 @@ fn cmd_bench(
         let kinds = kinds.resolve(program.module().funcs[entry].params.len())?;
         let args = read_json_arg("--args", args.unwrap_or("[]"))?;
         let func = common.func.as_deref();
-        match mcir::bench::bench(&name, &text, func, &args, iters, &kinds, &limits, &source_limits) {
+        match mcir::bench::bench(
+            &name,
+            &text,
+            func,
+            &args,
+            iters,
+            &kinds,
+            &limits,
+            &source_limits,
+            specialise,
+        ) {
             Ok(r) => Ok(Outcome::ok(r.to_json() + "\n")),
             Err(mcir::ApiError::Args(m)) => Err(Outcome::usage(m)),
             Err(mcir::ApiError::Runtime(e)) => {
@@ -627,9 +674,22 @@ fn cmd_check(
     result.unwrap_or_else(|o| o)
 }
 
-fn cmd_ir(common: &Common, stage: Stage, opt: bool, kinds: &Kinds, stdin: &mut dyn Read) -> Outcome {
+fn cmd_ir(
+    common: &Common,
+    stage: Stage,
+    opt: bool,
+    shapes_of: Option<&str>,
+    kinds: &Kinds,
+    stdin: &mut dyn Read,
+) -> Outcome {
     let result = (|| {
-        let program = compile(common, stdin)?;
+        let mut program = compile(common, stdin)?;
+        let opt = opt || shapes_of.is_some();
+        if let Some(args) = shapes_of {
+            let entry = program.entry(common.func.as_deref()).map_err(Outcome::usage)?;
+            let args = read_json_arg("--shapes-of", args)?;
+            program = specialised_for(program, entry, &args)?;
+        }
         // Argument kinds belong to the entry function, named or not.
         let has_kinds = !kinds.constant.is_empty() || !kinds.cache.is_empty();
         let func = match &common.func {

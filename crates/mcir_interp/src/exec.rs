@@ -76,6 +76,16 @@ pub enum RuntimeErrorKind {
     RecursionTooDeep(usize),
     /// `zeros(-1)` and the like.
     NegativeExtent(i64),
+    /// An argument of another shape than the one the function was compiled for
+    /// (`array.expect_dim`).
+    UnexpectedExtent {
+        /// Which dimension (0-based).
+        dim: usize,
+        /// The argument's extent there.
+        extent: usize,
+        /// The extent the code was compiled for.
+        expected: i64,
+    },
     /// An extent above [`mcir_ir::MAX_EXTENT`].
     ExtentTooLarge(i64),
     /// An allocation larger than the limit.
@@ -133,6 +143,10 @@ impl fmt::Display for RuntimeErrorKind {
                 write!(f, "recursion too deep: more than {n} nested calls")
             }
             RuntimeErrorKind::NegativeExtent(n) => write!(f, "array extent {n} is negative"),
+            RuntimeErrorKind::UnexpectedExtent { dim, extent, expected } => write!(
+                f,
+                "an argument has extent {extent} in dimension {dim}, but this code was compiled for {expected}"
+            ),
             RuntimeErrorKind::ExtentTooLarge(n) => {
                 write!(f, "array extent {n} is larger than the largest allowed, {}", mcir_ir::MAX_EXTENT)
             }
@@ -359,6 +373,15 @@ impl<'m> Interpreter<'m> {
             Op::ArrayDim(d) => {
                 let arr = array(a, 0)?;
                 Val::I64(arr.shape.get(*d as usize).copied().unwrap_or(0) as i64)
+            }
+            Op::ExpectDim(d) => {
+                let arr = array(a, 0)?;
+                let extent = arr.shape.get(*d as usize).copied().unwrap_or(0);
+                let expected = i(a, 1)?;
+                if extent as i64 != expected {
+                    return Err(Kind::UnexpectedExtent { dim: *d as usize, extent, expected });
+                }
+                Val::Unit
             }
             // The interpreter checks trusted accesses too: checking is free here.
             Op::Load | Op::TrustedLoad => {
@@ -694,6 +717,7 @@ fn allocated_bytes(op: &Op, out: &Val) -> u64 {
         | Op::FToI
         | Op::ArrayFill
         | Op::ArrayDim(_)
+        | Op::ExpectDim(_)
         | Op::Load
         | Op::Store
         | Op::TrustedLoad

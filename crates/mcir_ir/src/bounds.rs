@@ -311,31 +311,91 @@ impl<'a> Ranges<'a> {
     }
 }
 
+/// Extents known as constants: (array, dimension) to extent.
+type Known = std::collections::HashMap<(Value, usize), i64>;
+
+/// The extents a function knows before it does anything: those its entry checks with
+/// `array.expect_dim` against a constant (a function compiled for fixed shapes, see
+/// `crate::specialise`, starts with these checks, so they hold everywhere after), and
+/// those of arrays made by `array.fill` with a constant extent.
+fn known_extents(f: &Function) -> Known {
+    let mut out = Known::new();
+    for &i in &f.blocks[f.entry()].insts {
+        let d = &f.insts[i];
+        match d.op {
+            Op::ExpectDim(k) => {
+                if let Some(n) = f.const_int(d.args[1]) {
+                    out.insert((d.args[0], k as usize), n);
+                }
+            }
+            Op::IConst(_) => {}
+            _ => break,
+        }
+    }
+    for (_, d) in f.insts.iter() {
+        if let (Op::ArrayFill, Some(r)) = (&d.op, d.result) {
+            for (k, &e) in d.args.iter().skip(1).enumerate() {
+                if let Some(n) = f.const_int(e) {
+                    out.insert((r, k), n);
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Whether `bound` is the extent of dimension `dim` of the array `a`.
-fn is_extent(f: &Function, bound: Value, a: Value, dim: usize) -> bool {
+fn is_extent(f: &Function, known: &Known, bound: Value, a: Value, dim: usize) -> bool {
     if f.defining(bound).is_some_and(|d| d.op == Op::ArrayDim(dim as u8) && d.args.first() == Some(&a)) {
+        return true;
+    }
+    // A constant the extent is known to be.
+    if f.const_int(bound).is_some_and(|n| known.get(&(a, dim)) == Some(&n)) {
         return true;
     }
     // An array made by `array.fill` with that very extent.
     f.defining(a).is_some_and(|d| matches!(d.op, Op::ArrayFill) && d.args.get(1 + dim) == Some(&bound))
 }
 
+/// Whether `idx` is a constant within the known extent of dimension `dim` of `a`.
+fn constant_within(f: &Function, known: &Known, idx: Value, a: Value, dim: usize) -> bool {
+    match (f.const_int(idx), known.get(&(a, dim))) {
+        (Some(c), Some(&n)) => 0 <= c && c < n,
+        _ => false,
+    }
+}
+
 /// Whether counter `idx` (of one of the loops `valid`) stays below the extent of
 /// dimension `dim` of `a`: its bound is that extent, or another such counter, which is
 /// itself below it (`j < r < size(x, 1)` for `for r in 0..size(x, 1) { for j in 0..r }`),
 /// up to `depth` counters deep.
-fn below_extent(f: &Function, valid: &[&Fact], idx: Value, a: Value, dim: usize, depth: u32) -> bool {
+fn below_extent(
+    f: &Function,
+    known: &Known,
+    valid: &[&Fact],
+    idx: Value,
+    a: Value,
+    dim: usize,
+    depth: u32,
+) -> bool {
     valid.iter().any(|fa| {
         fa.index == idx
-            && (is_extent(f, fa.bound, a, dim)
-                || (depth > 1 && below_extent(f, valid, fa.bound, a, dim, depth - 1)))
+            && (is_extent(f, known, fa.bound, a, dim)
+                || (depth > 1 && below_extent(f, known, valid, fa.bound, a, dim, depth - 1)))
     })
 }
 
 /// Whether `idx` is `extent - 1 - j` for the extent of dimension `dim` of `a` and a
 /// counter `j` below that extent (`x[len(x) - 1 - j]` walking an array backwards):
 /// `0 <= j < extent` puts it in `0..extent` too.
-fn reversed_below_extent(f: &Function, valid: &[&Fact], idx: Value, a: Value, dim: usize) -> bool {
+fn reversed_below_extent(
+    f: &Function,
+    known: &Known,
+    valid: &[&Fact],
+    idx: Value,
+    a: Value,
+    dim: usize,
+) -> bool {
     let Some(d) = f.defining(idx) else { return false };
     if d.op != Op::IBinary(IBinOp::Sub) {
         return false;
@@ -344,8 +404,8 @@ fn reversed_below_extent(f: &Function, valid: &[&Fact], idx: Value, a: Value, di
     let Some(l) = f.defining(last) else { return false };
     l.op == Op::IBinary(IBinOp::Sub)
         && f.const_int(l.args[1]) == Some(1)
-        && is_extent(f, l.args[0], a, dim)
-        && below_extent(f, valid, j, a, dim, 3)
+        && is_extent(f, known, l.args[0], a, dim)
+        && below_extent(f, known, valid, j, a, dim, 3)
 }
 
 /// What the counted loops of a function prove about its instructions.
@@ -385,14 +445,15 @@ impl Function {
                 }
             }
         }
-        if facts.is_empty() && signs.is_empty() {
+        let known = known_extents(self);
+        if facts.is_empty() && signs.is_empty() && known.is_empty() {
             return out;
         }
         for (b, data) in self.blocks.iter() {
             let valid: Vec<&Fact> = facts.iter().filter(|fa| cfg.dominates(fa.body, b)).collect();
             let non_neg: Vec<Value> =
                 signs.iter().filter(|s| cfg.dominates(s.body, b)).map(|s| s.value).collect();
-            if valid.is_empty() && non_neg.is_empty() {
+            if valid.is_empty() && non_neg.is_empty() && known.is_empty() {
                 continue;
             }
             for &inst in &data.insts {
@@ -421,8 +482,9 @@ impl Function {
                 let a = d.args[0];
                 let dims: Vec<bool> = (0..n_idx)
                     .map(|dim| {
-                        below_extent(self, &valid, d.args[1 + dim], a, dim, 3)
-                            || reversed_below_extent(self, &valid, d.args[1 + dim], a, dim)
+                        below_extent(self, &known, &valid, d.args[1 + dim], a, dim, 3)
+                            || reversed_below_extent(self, &known, &valid, d.args[1 + dim], a, dim)
+                            || constant_within(self, &known, d.args[1 + dim], a, dim)
                     })
                     .collect();
                 if dims.iter().any(|&x| x) {

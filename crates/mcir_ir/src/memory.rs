@@ -51,6 +51,7 @@ fn access(op: &Op) -> Access {
         | Op::ArrayFill
         | Op::ArrayLit(_)
         | Op::ArrayDim(_)
+        | Op::ExpectDim(_)
         | Op::ZerosLike
         | Op::RefNew
         | Op::RefLoad

@@ -180,6 +180,11 @@ pub enum Op {
     ArrayLit(Vec<u32>),
     /// `array.dim D`: the extent of dimension `D` of an array, as `i64`.
     ArrayDim(u8),
+    /// `array.expect_dim D`: `(array, n)`, no result; fails unless the extent of
+    /// dimension `D` of the array is `n`. A function compiled for arguments of fixed
+    /// shapes (`crate::specialise`) checks them so on entry, and what follows may rely on
+    /// the extent (`crate::bounds`).
+    ExpectDim(u8),
     /// `load`: `(array, i0, .., iR-1) -> element`, bounds-checked.
     Load,
     /// `store`: `(array, i0, .., iR-1, value)`, bounds-checked; no result.
@@ -620,7 +625,8 @@ impl Op {
             | Op::TrustedLoad
             | Op::TrustedStore
             | Op::ArenaMark
-            | Op::ArenaRelease => true,
+            | Op::ArenaRelease
+            | Op::ExpectDim(_) => true,
         }
     }
 }

@@ -705,6 +705,7 @@ impl Parser {
                 Op::ArrayLit(dims)
             }
             "array.dim" => Op::ArrayDim(self.number("a dimension")?),
+            "array.expect_dim" => Op::ExpectDim(self.number("a dimension")?),
             "array.copy" => Op::ArrayCopy,
             "array.copy_into" => Op::CopyInto,
             "array.sum" => Op::Sum,

@@ -251,6 +251,7 @@ pub(crate) fn op_head(types: &TypeTable, op: &Op) -> String {
             format!("array.lit [{}]", d.join(", "))
         }
         Op::ArrayDim(d) => format!("array.dim {d}"),
+        Op::ExpectDim(d) => format!("array.expect_dim {d}"),
         Op::Load => "load".to_string(),
         Op::Store => "store".to_string(),
         Op::TrustedLoad => "load.trusted".to_string(),

@@ -372,6 +372,13 @@ impl Verifier<'_> {
                 }
                 self.result_is(result, Some(i64_))
             }
+            Op::ExpectDim(dim) => {
+                let (_, rank) = array_of(0).ok_or("takes an array")?;
+                if *dim >= rank {
+                    return Err(format!("dimension {dim} of an array of rank {rank}"));
+                }
+                want(&[args[0], i64_], None)
+            }
             Op::Load | Op::Store | Op::TrustedLoad | Op::TrustedStore => {
                 let (elem, rank) = array_of(0).ok_or("takes an array first")?;
                 let mut expected = vec![args[0]];

@@ -1933,6 +1933,14 @@ impl FnLower<'_, '_> {
             Op::ArrayDim(dim) => {
                 Some(self.b.ins().load(P, header_flags(), args[0], array::DIMS + 8 * *dim as i32))
             }
+            Op::ExpectDim(dim) => {
+                let site = fallible_site(self);
+                let extent = self.b.ins().load(P, header_flags(), args[0], array::DIMS + 8 * *dim as i32);
+                let other = self.b.ins().icmp(IntCC::NotEqual, extent, args[1]);
+                let k = self.b.ins().iconst(P, i64::from(*dim));
+                self.check(other, site, FAIL_EXTENT, [k, extent, args[1]]);
+                None
+            }
             Op::Load | Op::Store | Op::TrustedLoad | Op::TrustedStore => {
                 let trusted = matches!(d.op, Op::TrustedLoad | Op::TrustedStore);
                 let site = if trusted { None } else { Some(fallible_site(self)) };

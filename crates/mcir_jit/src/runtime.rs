@@ -22,6 +22,7 @@ pub(crate) const FAIL_DEPTH: i64 = 4;
 pub(crate) const FAIL_TIMEOUT: i64 = 5;
 pub(crate) const FAIL_EMPTY_STACK: i64 = 6;
 pub(crate) const FAIL_STACK_PUT: i64 = 7;
+pub(crate) const FAIL_EXTENT: i64 = 8;
 
 /// Records the first error of the call and sets the status.
 fn fail(ctx: *mut Ctx, site: i64, kind: Kind) {
@@ -191,6 +192,7 @@ pub(crate) extern "C" fn mc_fail(ctx: *mut Ctx, site: i64, code: i64, a: i64, b:
         FAIL_TIMEOUT => Kind::Timeout(rt(ctx).timeout),
         FAIL_EMPTY_STACK => Kind::Internal("pop of an empty stack".into()),
         FAIL_STACK_PUT => Kind::Internal("stack.put past the end of a stack".into()),
+        FAIL_EXTENT => Kind::UnexpectedExtent { dim: a as usize, extent: b as usize, expected: c },
         _ => Kind::Internal(format!("unknown failure {code}")),
     };
     fail(ctx, site, kind);
