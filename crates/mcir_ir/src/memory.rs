@@ -10,9 +10,10 @@
 //! store writes back the value loaded, and the first one is overwritten unread.
 //!
 //! Elements are identified by the array value and the index values, so two accesses
-//! are to the same element when they use the same SSA values. Any store may write an
-//! element of any other array of the same type (two array values may be one array), so
-//! it forgets what is known of those; an operation that writes arrays some other way
+//! are to the same element when they use the same SSA values, and to different ones when
+//! they use the same array value and different constants as an index (`xc[0]`, `xc[1]`
+//! of an unrolled loop). Any other store may write an element of any other array of the
+//! same type (two array values may be one array), so it forgets what is known of those; an operation that writes arrays some other way
 //! (a call, a kernel, an arena release) forgets everything. A store is dropped as
 //! overwritten only when it is trusted (it checks nothing), so no bounds error is lost.
 
@@ -150,7 +151,7 @@ fn forward_once(f: &mut Function, adjoint: bool) -> bool {
                         continue;
                     }
                     let ty = f.value_type(args[0]);
-                    unread.retain(|e, _| f.value_type(e[0]) != ty);
+                    unread.retain(|e, _| f.value_type(e[0]) != ty || distinct(f, e, &element));
                     if let Some(r) = f.insts[i].result {
                         known.insert(element, r);
                     }
@@ -168,7 +169,7 @@ fn forward_once(f: &mut Function, adjoint: bool) -> bool {
                         }
                     }
                     let ty = f.value_type(args[0]);
-                    known.retain(|e, _| f.value_type(e[0]) != ty);
+                    known.retain(|e, _| f.value_type(e[0]) != ty || distinct(f, e, &element));
                     known.insert(element.clone(), value);
                     unread.insert(element, i);
                 }
@@ -186,6 +187,18 @@ fn forward_once(f: &mut Function, adjoint: bool) -> bool {
     // Uses in terminators and in blocks visited before the replacement was known.
     f.substitute(&subst);
     changed
+}
+
+/// Whether two elements are different elements of one array: the same array value,
+/// and in some dimension two different constant indices (`xc[0]` and `xc[1]`, once a
+/// loop over them is unrolled).
+fn distinct(f: &Function, a: &Element, b: &Element) -> bool {
+    a.len() == b.len()
+        && a.first() == b.first()
+        && a.iter()
+            .zip(b)
+            .skip(1)
+            .any(|(&x, &y)| matches!((f.const_int(x), f.const_int(y)), (Some(p), Some(q)) if p != q))
 }
 
 /// The operand that `x + 0`, `0 + x` or `x - 0` is, when the op is one of those (see

@@ -42,7 +42,52 @@ pub fn specialise(module: &Module, entry: FuncId, shapes: &[Option<Vec<usize>>])
     // Indices the known extents now prove in bounds are checked no more.
     f.trust_proven_indices();
     out.funcs[entry] = f;
-    crate::hoist::fold_and_hoist(&out)
+    let mut out = crate::hoist::fold_and_hoist(&out);
+    // Once equal constants are one value, elements of the small arrays that unrolled
+    // loops fill are read from what was stored, and arrays left unread are not filled.
+    let f = std::mem::replace(&mut out.funcs[entry], Function::new("", &[], None));
+    out.funcs[entry] = drop_unread_stores(crate::memory::forward_elements(f, false));
+    out
+}
+
+/// `f` without the stores into arrays it makes and never reads: an array whose every
+/// use is a checked-free store into it (`store.trusted`, which cannot fail) holds
+/// nothing anyone sees. Forwarding elements leaves such arrays behind: the gmm's `xc`,
+/// filled for each point and component and read back in the same block.
+pub fn drop_unread_stores(mut f: Function) -> Function {
+    // Instructions in blocks only: passes leave dropped ones in the arena.
+    let placed: Vec<Inst> = f.blocks.values().flat_map(|b| b.insts.iter().copied()).collect();
+    let mut only_stored: HashSet<Value> = placed
+        .iter()
+        .map(|&i| &f.insts[i])
+        .filter(|d| matches!(d.op, Op::ArrayFill | Op::ZerosLike))
+        .filter_map(|d| d.result)
+        .collect();
+    for &i in &placed {
+        let d = &f.insts[i];
+        for (k, a) in d.args.iter().enumerate() {
+            if !(k == 0 && d.op == Op::TrustedStore) {
+                only_stored.remove(a);
+            }
+        }
+    }
+    for (_, data) in f.blocks.iter() {
+        for a in data.term.uses() {
+            only_stored.remove(&a);
+        }
+    }
+    if only_stored.is_empty() {
+        return f;
+    }
+    for b in f.blocks.keys().collect::<Vec<_>>() {
+        let insts = std::mem::take(&mut f.blocks[b].insts);
+        let kept = insts
+            .into_iter()
+            .filter(|&i| !(f.insts[i].op == Op::TrustedStore && only_stored.contains(&f.insts[i].args[0])))
+            .collect();
+        f.blocks[b].insts = kept;
+    }
+    f
 }
 
 /// `f` checking on entry that each parameter whose shape is given has it, and with
