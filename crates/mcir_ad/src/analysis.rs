@@ -385,6 +385,7 @@ pub(crate) fn varied_values(
                     | Op::MatVec(_)
                     | Op::Transpose
                     | Op::ArrayDim(_)
+                    | Op::ExpectDim(_)
                     | Op::ArrayCopy
                     | Op::MapFBinary(_)
                     | Op::MapFUnary(_)

@@ -74,7 +74,7 @@ pub(crate) fn unrestored_arrays(
             for (k, a) in d.args.iter().enumerate() {
                 let element_access =
                     k == 0 && matches!(d.op, Op::Store | Op::TrustedStore | Op::Load | Op::TrustedLoad);
-                if !element_access && !reads && !matches!(d.op, Op::ArrayDim(_)) {
+                if !element_access && !reads && !matches!(d.op, Op::ArrayDim(_) | Op::ExpectDim(_)) {
                     out.remove(a);
                 }
             }

@@ -97,6 +97,10 @@ fn short_loops_are_unrolled_for_known_shapes() {
     // loops over components (k = 3 is unrolled too) and points only.
     assert!(headers(&special) < headers(&generic), "{}", special.stdout);
     assert!(headers(&special) <= 4, "{}", special.stdout);
+    // The entry's checks only read the shape of `x`, a constant: no shadow is made for it.
+    let fwd = mcc(&["ir", p, "--fn", "objective", "--stage", "fwd", "--const", "4", "--shapes-of", args]);
+    assert_eq!(fwd.code, 0, "{}", fwd.stderr);
+    assert!(!fwd.stdout.contains("%dx_"), "{}", fwd.stdout);
     for engine in [&[][..], &["--interp"][..]] {
         let mut words = vec!["grad", p, "--fn", "objective", "--args", args, "--const", "4", "--const", "5"];
         words.extend(engine);
