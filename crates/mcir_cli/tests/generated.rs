@@ -1,7 +1,8 @@
 //! Differential testing on generated programs (`mcir_gen`): each runs to the same result
-//! on the interpreter and on native code, the checker confirms its derived rule
-//! against finite differences on both engines, and making any argument constant leaves
-//! the derivatives of the others as they were. `MCIR_GEN_PROGRAMS=N` sets how many
+//! on the interpreter and on native code, and compiled for the shapes of its arguments
+//! (`--specialise`) to the same result and gradient as generic code, the checker
+//! confirms its derived rule against finite differences on both engines, and making any
+//! argument constant leaves the derivatives of the others as they were. `MCIR_GEN_PROGRAMS=N` sets how many
 //! (300 by default; `docs/reliability.md` has the longer run), `MCIR_GEN_FIRST=K` the
 //! first seed.
 
@@ -42,6 +43,28 @@ fn differences(seed: u64, dir: &std::path::Path) -> Option<String> {
             (serde_json::from_str(&native.stdout).unwrap(), serde_json::from_str(&interp.stdout).unwrap());
         if let Some(m) = json_mismatch(&a, &b, 1e-12, "") {
             return report("native code and the interpreter disagree", m);
+        }
+    }
+    for cmd in ["run", "grad"] {
+        let generic = mcc(&[cmd, file, "--args", &g.args]);
+        let special = mcc(&[cmd, file, "--args", &g.args, "--specialise"]);
+        if generic.code != special.code {
+            return report(
+                &format!("`{cmd} --specialise` ended otherwise"),
+                format!(
+                    "generic: {}{}\nspecialised: {}{}",
+                    generic.stdout, generic.stderr, special.stdout, special.stderr
+                ),
+            );
+        }
+        if generic.code == 0 {
+            let (a, b): (Json, Json) = (
+                serde_json::from_str(&special.stdout).unwrap(),
+                serde_json::from_str(&generic.stdout).unwrap(),
+            );
+            if let Some(m) = json_mismatch(&a, &b, 1e-12, "") {
+                return report(&format!("`{cmd} --specialise` differs"), m);
+            }
         }
     }
     for engine in [&[][..], &["--interp"][..]] {
