@@ -558,8 +558,8 @@ impl FnLower<'_, '_> {
     fn poll_every(&mut self, counter: CValue, site: i64, mask: i64, innermost: bool) {
         let low = self.b.ins().band_imm_u(counter, mask);
         let low = if innermost {
-            // Zero (poll) when every bit of the mask is set.
-            self.b.ins().bxor_imm_u(low, mask)
+            // False (poll) when every bit of the mask is set: one comparison.
+            self.b.ins().icmp_imm_u(IntCC::NotEqual, low, mask)
         } else {
             low
         };
