@@ -13,8 +13,9 @@
 //! are to the same element when they use the same SSA values, and to different ones when
 //! they use the same array value and different constants as an index (`xc[0]`, `xc[1]`
 //! of an unrolled loop). Any other store may write an element of any other array of the
-//! same type (two array values may be one array), so it forgets what is known of those; an operation that writes arrays some other way
-//! (a call, a kernel, an arena release) forgets everything. A store is dropped as
+//! same type (two array values may be one array), so it forgets what is known of those;
+//! an operation that writes arrays some other way (a call, a kernel, an arena release)
+//! forgets everything. A store is dropped as
 //! overwritten only when it is trusted (it checks nothing), so no bounds error is lost.
 
 use crate::function::*;

@@ -313,8 +313,6 @@ const STACK_FIRST: i64 = 16;
 /// elements, made on every step, took 60 % longer inline).
 const INLINE_ARRAY_ELEMS: i64 = 64;
 
-/// A parameter of loop header `h` that every back edge moves by exactly one (`p + 1`,
-/// `p - 1`, `p + -1`), so it passes a multiple of 1024 every 1024 iterations.
 /// The `stack.reserve`s of `f` whose stack is used by nothing else but `stack.put`s and
 /// being recorded in a tuple or struct (the tape): between such a reservation and a put
 /// into its room (which uses its result, so runs after it), the stack cannot have grown
@@ -378,6 +376,8 @@ fn popped_only(f: &Function) -> HashSet<Value> {
         .collect()
 }
 
+/// A parameter of loop header `h` that every back edge moves by exactly one (`p + 1`,
+/// `p - 1`, `p + -1`), so it passes a multiple of 1024 every 1024 iterations.
 fn unit_step_param(f: &Function, h: mcir_ir::Block, cfg: &ControlFlow) -> Option<Value> {
     let is_unit = |v: Value| {
         let mcir_ir::ValueDef::Inst(i) = f.values[v].def else { return false };
