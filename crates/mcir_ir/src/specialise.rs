@@ -93,14 +93,17 @@ pub fn drop_unread_stores(mut f: Function) -> Function {
 /// `f` checking on entry that each parameter whose shape is given has it, and with
 /// `array.dim k` of such a parameter replaced by the extent.
 pub fn fix_extents(mut f: Function, types: &TypeTable, shapes: &[Option<Vec<usize>>]) -> Function {
-    let params: Vec<Value> = f.param_values().to_vec();
+    // The array parameters with a shape of their rank.
+    let fixed: Vec<(Value, &Vec<usize>)> = f
+        .param_values()
+        .iter()
+        .zip(shapes)
+        .filter_map(|(&p, s)| s.as_ref().map(|s| (p, s)))
+        .filter(|(p, s)| types.as_array(f.values[*p].ty).is_some_and(|(_, rank)| rank as usize == s.len()))
+        .collect();
     let entry = f.entry();
     let before = f.blocks[entry].insts.len();
-    for (&p, shape) in params.iter().zip(shapes) {
-        let Some(shape) = shape else { continue };
-        if types.as_array(f.values[p].ty).is_none_or(|(_, rank)| rank as usize != shape.len()) {
-            continue;
-        }
+    for &(p, shape) in &fixed {
         for (k, &n) in shape.iter().enumerate() {
             let n = f.push_inst(entry, Op::IConst(n as i64), vec![], Some(TypeTable::I64), f.span);
             if let Some(n) = n {
@@ -109,14 +112,8 @@ pub fn fix_extents(mut f: Function, types: &TypeTable, shapes: &[Option<Vec<usiz
         }
     }
     // The checks come first.
-    let insts = &mut f.blocks[entry].insts;
-    insts.rotate_left(before);
-    let fixed: HashMap<Value, &Vec<usize>> = params
-        .iter()
-        .zip(shapes)
-        .filter_map(|(&p, s)| s.as_ref().map(|s| (p, s)))
-        .filter(|(p, s)| types.as_array(f.values[*p].ty).is_some_and(|(_, rank)| rank as usize == s.len()))
-        .collect();
+    f.blocks[entry].insts.rotate_left(before);
+    let fixed: HashMap<Value, &Vec<usize>> = fixed.into_iter().collect();
     for i in f.insts.keys().collect::<Vec<_>>() {
         let d = &f.insts[i];
         if let (Op::ArrayDim(k), Some(a)) = (&d.op, d.args.first()) {
@@ -165,8 +162,9 @@ pub fn fold_constants(f: &mut Function) {
             used.extend(data.term.uses());
         }
         // Parameters of blocks with a single incoming edge.
+        let reachable = f.reachable_blocks();
         let mut edges: Vec<Vec<(Block, usize)>> = vec![Vec::new(); f.blocks.len()];
-        for b in f.reachable_blocks() {
+        for &b in &reachable {
             for (k, c) in f.blocks[b].term.successors().enumerate() {
                 edges[c.block.index()].push((b, k));
             }
@@ -196,7 +194,7 @@ pub fn fold_constants(f: &mut Function) {
                 Some(InstData { op: Op::BConst(c), .. }) => Some(*c),
                 _ => None,
             };
-        for b in f.reachable_blocks() {
+        for &b in &reachable {
             for &i in &f.blocks[b].insts {
                 let d = &f.insts[i];
                 let Some(r) = d.result else { continue };
@@ -242,14 +240,15 @@ pub fn fold_constants(f: &mut Function) {
             }
         }
         changed |= !subst.is_empty();
-        f.map_uses(|v| resolve(&subst, v));
+        f.substitute(&subst);
         if !changed {
             break;
         }
     }
 }
 
-/// Follows a chain of substitutions to its end.
+/// Follows a chain of substitutions to its end (what `Function::substitute` will make
+/// of a use), for the values folding reads before it is applied.
 fn resolve(subst: &HashMap<Value, Value>, mut v: Value) -> Value {
     let mut steps = 0;
     while let Some(&w) = subst.get(&v) {
@@ -396,7 +395,6 @@ fn nesting(cfg: &ControlFlow, h: Block, outer: &HashSet<Block>) -> u32 {
 /// jumps out. Values of the header used after the loop are the last copy's.
 fn unroll(f: &mut Function, plan: &Plan) {
     let h = plan.header;
-    let in_region: HashSet<Block> = plan.region.iter().copied().collect();
     let copies = plan.trips as usize + 1;
     // Blocks and parameters of every copy first: a copy's back edge jumps to the next.
     let mut blocks: Vec<HashMap<Block, Block>> = Vec::with_capacity(copies);
@@ -485,24 +483,20 @@ fn unroll(f: &mut Function, plan: &Plan) {
             f.set_terminator(blocks[t][&b], term, span);
         }
     }
-    // The loop is entered at the first copy; what follows it reads the last copy's header.
+    // The loop is entered at the first copy; what follows it reads the last copy's
+    // header. No copy jumps to the loop or reads its values, and the loop's own blocks
+    // are now unreachable, so every block may be rewritten alike.
     let first = blocks[0][&h];
     for b in f.blocks.keys().collect::<Vec<_>>() {
-        if in_region.contains(&b) || blocks.iter().any(|m| m.values().any(|&nb| nb == b)) {
-            continue;
-        }
-        let redirect = |c: &mut BlockCall| {
+        if let Terminator::Jump(c) | Terminator::Branch { then_dest: c, .. } = &mut f.blocks[b].term {
             if c.block == h {
                 c.block = first;
             }
-        };
-        match &mut f.blocks[b].term {
-            Terminator::Jump(c) => redirect(c),
-            Terminator::Branch { then_dest, else_dest, .. } => {
-                redirect(then_dest);
-                redirect(else_dest);
+        }
+        if let Terminator::Branch { else_dest, .. } = &mut f.blocks[b].term {
+            if else_dest.block == h {
+                else_dest.block = first;
             }
-            Terminator::Return(_) => {}
         }
     }
     let last = &values[copies - 1];
@@ -512,35 +506,9 @@ fn unroll(f: &mut Function, plan: &Plan) {
         .copied()
         .chain(f.blocks[h].insts.iter().filter_map(|&i| f.insts[i].result))
         .collect();
-    let outside: Vec<Block> = f
-        .blocks
-        .keys()
-        .filter(|b| {
-            !in_region.contains(b) && !blocks[..copies - 1].iter().any(|m| m.values().any(|nb| nb == b))
-        })
-        .collect();
-    let out_map = |v: Value| if header_values.contains(&v) { *last.get(&v).unwrap_or(&v) } else { v };
-    for b in outside {
-        for i in f.blocks[b].insts.clone() {
-            for a in f.insts[i].args.iter_mut() {
-                *a = out_map(*a);
-            }
-        }
-        let term = &mut f.blocks[b].term;
-        match term {
-            Terminator::Jump(c) => c.args.iter_mut().for_each(|a| *a = out_map(*a)),
-            Terminator::Branch { cond, then_dest, else_dest } => {
-                *cond = out_map(*cond);
-                then_dest.args.iter_mut().for_each(|a| *a = out_map(*a));
-                else_dest.args.iter_mut().for_each(|a| *a = out_map(*a));
-            }
-            Terminator::Return(v) => {
-                if let Some(v) = v {
-                    *v = out_map(*v);
-                }
-            }
-        }
-    }
+    let after: HashMap<Value, Value> =
+        header_values.iter().filter_map(|v| Some((*v, *last.get(v)?))).collect();
+    f.map_uses(|v| *after.get(&v).unwrap_or(&v));
 }
 
 #[cfg(test)]
