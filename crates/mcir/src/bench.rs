@@ -113,8 +113,7 @@ pub fn bench(
     let pid = parsed.entry(name).map_err(|e| ApiError::Args(e.to_string()))?;
     let args =
         crate::json::decode_args(&parsed.module, pid, args_json).map_err(|e| ApiError::Args(e.message))?;
-    let shapes: Vec<Option<Vec<usize>>> =
-        args.iter().map(|a| if let Value::Array(a) = a { Some(a.shape.clone()) } else { None }).collect();
+    let shapes = Program::shapes_of(&args);
     let compile = |file: &str, source: &str| -> Result<Program, crate::CompileError> {
         let p = Program::compile_with(file, source, source_limits)?;
         match (specialise, p.entry(name)) {

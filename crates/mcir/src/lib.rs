@@ -138,6 +138,12 @@ impl Program {
         self
     }
 
+    /// The shapes of `args` as [`Program::specialised`] takes them: each array's, and
+    /// `None` for everything else.
+    pub fn shapes_of(args: &[Val]) -> Vec<Option<Vec<usize>>> {
+        args.iter().map(|a| if let Val::Array(a) = a { Some(a.shape.clone()) } else { None }).collect()
+    }
+
     /// The same program with function `func` compiled for arguments of the given shapes
     /// (`None` for an argument left generic, a scalar or an array whose shape may vary):
     /// their extents become constants, and loops that then run a few times are unrolled

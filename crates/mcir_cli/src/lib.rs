@@ -457,11 +457,7 @@ fn limits(common: &Common) -> Result<mcir::Limits, Outcome> {
 fn specialised_for(program: mcir::Program, func: mcir::FuncId, args: &str) -> Result<mcir::Program, Outcome> {
     let values =
         mcir::json::decode_args(program.module(), func, args).map_err(|e| Outcome::usage(e.message))?;
-    let shapes: Vec<Option<Vec<usize>>> = values
-        .iter()
-        .map(|v| if let mcir::Value::Array(a) = v { Some(a.shape.clone()) } else { None })
-        .collect();
-    program.specialised(func, &shapes).map_err(|e| Outcome::program(e.render()))
+    program.specialised(func, &mcir::Program::shapes_of(&values)).map_err(|e| Outcome::program(e.render()))
 }
 
 fn cmd_run(common: &Common, args: Option<&str>, specialise: bool, stdin: &mut dyn Read) -> Outcome {

@@ -12,18 +12,9 @@ use support::*;
 
 /// `mcc check` on a case file, with its `// fn:` and `// args:` headers.
 fn check_case(path: &std::path::Path, extra: &[&str]) -> mcir_cli::Outcome {
-    let text = std::fs::read_to_string(path).unwrap();
-    let mut words: Vec<String> =
-        vec!["check".into(), path.to_string_lossy().into(), "--trials".into(), "3".into()];
-    if let Some(f) = header(&text, "fn") {
-        words.extend(["--fn".into(), f]);
-    }
-    if let Some(a) = header(&text, "args") {
-        words.extend(["--args".into(), a]);
-    }
-    words.extend(extra.iter().map(|s| s.to_string()));
-    let refs: Vec<&str> = words.iter().map(|s| s.as_str()).collect();
-    mcc(&refs)
+    let mut words = vec!["--trials", "3"];
+    words.extend(extra);
+    command_on_case("check", path, &words)
 }
 
 #[test]

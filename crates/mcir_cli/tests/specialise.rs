@@ -12,21 +12,6 @@ mod support;
 use serde_json::Value as Json;
 use support::*;
 
-/// `mcc CMD` on a case file with its `// fn:` and `// args:` headers, and `extra`.
-fn run_case(cmd: &str, path: &std::path::Path, extra: &[&str]) -> mcir_cli::Outcome {
-    let text = std::fs::read_to_string(path).unwrap();
-    let mut words: Vec<String> = vec![cmd.into(), path.to_string_lossy().into()];
-    if let Some(f) = header(&text, "fn") {
-        words.extend(["--fn".into(), f]);
-    }
-    if let Some(a) = header(&text, "args") {
-        words.extend(["--args".into(), a]);
-    }
-    words.extend(extra.iter().map(|s| s.to_string()));
-    let refs: Vec<&str> = words.iter().map(|s| s.as_str()).collect();
-    mcc(&refs)
-}
-
 #[test]
 fn specialised_code_computes_what_generic_code_does() {
     let mut compared = 0;
@@ -39,10 +24,10 @@ fn specialised_code_computes_what_generic_code_does() {
         }
         for engine in [&[][..], &["--interp"][..]] {
             for cmd in ["run", "grad"] {
-                let generic = run_case(cmd, path, engine);
+                let generic = command_on_case(cmd, path, engine);
                 let mut extra = engine.to_vec();
                 extra.push("--specialise");
-                let special = run_case(cmd, path, &extra);
+                let special = command_on_case(cmd, path, &extra);
                 if generic.code != special.code {
                     failures.push(format!(
                         "{} {cmd} {engine:?}: exit {} generic, {} specialised:\n{}{}",

@@ -30,6 +30,21 @@ pub fn header(text: &str, key: &str) -> Option<String> {
     text.lines().find_map(|l| l.strip_prefix(&prefix).map(|v| v.trim().to_string()))
 }
 
+/// `mcc CMD` on a case file with its `// fn:` and `// args:` headers, then `extra`.
+pub fn command_on_case(cmd: &str, path: &Path, extra: &[&str]) -> mcir_cli::Outcome {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut words: Vec<String> = vec![cmd.into(), path.to_string_lossy().into()];
+    if let Some(f) = header(&text, "fn") {
+        words.extend(["--fn".into(), f]);
+    }
+    if let Some(a) = header(&text, "args") {
+        words.extend(["--args".into(), a]);
+    }
+    words.extend(extra.iter().map(|s| s.to_string()));
+    let refs: Vec<&str> = words.iter().map(|s| s.as_str()).collect();
+    mcc(&refs)
+}
+
 /// Runs `mcc` with the given words (no program name) in-process.
 pub fn mcc(args: &[&str]) -> mcir_cli::Outcome {
     let mut words: Vec<std::ffi::OsString> = vec!["mcc".into()];
