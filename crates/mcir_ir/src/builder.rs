@@ -59,6 +59,15 @@ impl Function {
         value
     }
 
+    /// Appends an instruction with a result of type `ty` to `block`; returns the result.
+    pub fn push_value(&mut self, block: Block, op: Op, args: Vec<Value>, ty: TypeId, span: Span) -> Value {
+        let inst = self.insts.push(InstData { op, args, result: None, span });
+        let value = self.values.push(ValueData { ty, def: ValueDef::Inst(inst), name: None });
+        self.insts[inst].result = Some(value);
+        self.blocks[block].insts.push(inst);
+        value
+    }
+
     /// Sets how `block` ends.
     pub fn set_terminator(&mut self, block: Block, term: Terminator, span: Span) {
         let b = &mut self.blocks[block];

@@ -16,6 +16,7 @@ pub mod entity;
 pub mod function;
 pub mod hoist;
 pub mod inline;
+pub mod jam;
 pub mod math;
 pub mod memory;
 pub mod op;
