@@ -23,6 +23,10 @@
 //!   `hi`: `j < r` runs one more in row `r + 1` than in row `r`);
 //! - the suffixes in order, each carrying the outer values to the next.
 //!
+//! When the inner loops are known to be short (fewer than `MIN_RUN` iterations, in code
+//! compiled for known shapes), the loop is left as it is: the extra tests cost more
+//! than the overlap gains.
+//!
 //! The original loop then runs what is left (fewer than `FACTOR` iterations). Each
 //! iteration computes what it computed before, with its operations in the same order,
 //! so the results are the same bit for bit.
@@ -58,6 +62,8 @@ pub const FACTOR: usize = 4;
 const SMALL_BODY: usize = 12;
 /// The most values the jammed inner loop carries (`f64` registers held across it).
 const MAX_CHAINS: usize = 4;
+/// The fewest iterations the longest inner loop must be known to run, when it is known.
+const MIN_RUN: i64 = 24;
 /// The largest prefix and suffix copied (instructions each).
 const MAX_PREFIX: usize = 24;
 const MAX_SUFFIX: usize = 32;
@@ -222,6 +228,17 @@ fn find_nest(f: &Function, cfg: &ControlFlow, proofs: &Proofs, h: Block) -> Opti
     let start_fixed = !inside(start) || f.const_int(start).is_some();
     let limit_known = !inside(limit) || limit == counter;
     if !start_fixed || !limit_known {
+        return None;
+    }
+    // Short inner loops gain less than the side-by-side passes cost (the minimum of the
+    // limits, and each iteration's own remaining run): code compiled for known shapes
+    // knows how long they are.
+    let longest = match (f.const_int(start), f.const_int(limit), f.const_int(bound)) {
+        (Some(s), Some(l), _) => Some(l.saturating_sub(s)),
+        (Some(s), None, Some(b)) if limit == counter => Some(b.saturating_sub(1).saturating_sub(s)),
+        _ => None,
+    };
+    if longest.is_some_and(|run| run < MIN_RUN) {
         return None;
     }
     // Prefix and inner body read the outer loop's values only through its counter.
