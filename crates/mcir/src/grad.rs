@@ -266,13 +266,30 @@ impl Differentiated {
 
     /// The text of `f`'s forward pass (with the declaration of its tape) or reverse pass.
     pub fn pass_text(&self, f: FuncId, reverse: bool) -> String {
+        self.pass_text_as(f, reverse, false)
+    }
+
+    /// [`Differentiated::pass_text`] as native code compiles the pass (see
+    /// [`crate::Program::native_ir_text`]).
+    pub fn native_pass_text(&self, f: FuncId, reverse: bool) -> String {
+        self.pass_text_as(f, reverse, true)
+    }
+
+    fn pass_text_as(&self, f: FuncId, reverse: bool, native: bool) -> String {
         let rule = match &self.derived.entry {
             Some(e) if e.func == f => &e.rule,
             _ => self.derived.rule(f),
         };
         let module = &self.derived.module;
+        let print = |id: FuncId| {
+            if native {
+                crate::native_text(module, id)
+            } else {
+                mcir_ir::print_function(module, &module.funcs[id])
+            }
+        };
         if reverse {
-            return mcir_ir::print_function(module, &module.funcs[rule.rev]);
+            return print(rule.rev);
         }
         let def = module.types.struct_def(rule.tape_sid);
         let fields: Vec<String> =
@@ -282,7 +299,7 @@ impl Differentiated {
         } else {
             format!("struct {} {{ {} }}\n", def.name, fields.join(", "))
         };
-        decl + &mcir_ir::print_function(module, &module.funcs[rule.fwd])
+        decl + &print(rule.fwd)
     }
 
     /// The VJP of `func` at `args`: `seed` is the cotangent of the result (`None` = zero),

@@ -238,6 +238,24 @@ impl Program {
         }
     }
 
+    /// The IR as native code compiles it: after optimisation, with loops around a
+    /// reduction run several iterations side by side (`mcc ir --native`,
+    /// `mcir_ir::jam`).
+    pub fn native_ir_text(&self, func: Option<FuncId>) -> String {
+        match func {
+            Some(f) => native_text(&self.module, f),
+            None => {
+                let mut module = self.module.clone();
+                for (id, f) in self.module.funcs.iter() {
+                    if let std::borrow::Cow::Owned(j) = mcir_ir::jam::as_compiled(&self.module, f) {
+                        module.funcs[id] = j;
+                    }
+                }
+                mcir_ir::print_module(&module)
+            }
+        }
+    }
+
     /// Runs `func` on runtime values with the reference interpreter; address-identified
     /// arguments (arrays, refs, mut structs) show the call's effects afterwards.
     pub fn call(&self, func: FuncId, args: &[Val], limits: &Limits) -> Result<Option<Val>, RuntimeError> {
@@ -301,4 +319,9 @@ fn compile_module(
         )]);
     }
     Ok((module, generic))
+}
+
+/// Function `id` of `module` as native code compiles it.
+pub(crate) fn native_text(module: &Module, id: FuncId) -> String {
+    mcir_ir::print_function(module, &mcir_ir::jam::as_compiled(module, &module.funcs[id]))
 }

@@ -262,6 +262,10 @@ enum Command {
         /// --opt.
         #[arg(long, value_name = "ARGS")]
         shapes_of: Option<String>,
+        /// Print each function as native code compiles it: loops around a reduction run
+        /// several iterations side by side, each sum in its order (implies --opt).
+        #[arg(long)]
+        native: bool,
         #[command(flatten)]
         kinds: Kinds,
     },
@@ -323,8 +327,8 @@ fn run_here(args: Vec<OsString>, stdin: &mut dyn Read) -> Outcome {
     };
     match cli.command {
         Command::Run { common, args, specialise } => cmd_run(&common, args.as_deref(), specialise, stdin),
-        Command::Ir { common, stage, opt, shapes_of, kinds } => {
-            cmd_ir(&common, stage, opt, shapes_of.as_deref(), &kinds, stdin)
+        Command::Ir { common, stage, opt, shapes_of, native, kinds } => {
+            cmd_ir(&common, IrView { stage, opt, native }, shapes_of.as_deref(), &kinds, stdin)
         }
         // Reached only through `run`, which hands the session its real input first.
         Command::Gradbench { .. } => {
@@ -670,17 +674,27 @@ fn cmd_check(
     result.unwrap_or_else(|o| o)
 }
 
+/// Which IR `mcc ir` prints, and in which form.
+#[derive(Clone, Copy)]
+struct IrView {
+    stage: Stage,
+    /// After optimisation.
+    opt: bool,
+    /// As native code compiles it.
+    native: bool,
+}
+
 fn cmd_ir(
     common: &Common,
-    stage: Stage,
-    opt: bool,
+    view: IrView,
     shapes_of: Option<&str>,
     kinds: &Kinds,
     stdin: &mut dyn Read,
 ) -> Outcome {
+    let IrView { stage, opt, native } = view;
     let result = (|| {
         let mut program = compile(common, stdin)?;
-        let opt = opt || shapes_of.is_some();
+        let opt = opt || native || shapes_of.is_some();
         if let Some(args) = shapes_of {
             let entry = program.entry(common.func.as_deref()).map_err(Outcome::usage)?;
             let args = read_json_arg("--shapes-of", args)?;
@@ -693,8 +707,29 @@ fn cmd_ir(
             None if has_kinds => Some(program.entry(None).map_err(Outcome::usage)?),
             None => None,
         };
-        let primal_text =
-            |f: Option<mcir::FuncId>| if opt { program.optimized_ir_text(f) } else { program.ir_text(f) };
+        let primal_text = |f: Option<mcir::FuncId>| {
+            if native {
+                program.native_ir_text(f)
+            } else if opt {
+                program.optimized_ir_text(f)
+            } else {
+                program.ir_text(f)
+            }
+        };
+        let print_in = |module: &mcir::Module, f: mcir::FuncId| {
+            if native {
+                mcir::ir::print_function(module, &mcir::ir::jam::as_compiled(module, &module.funcs[f]))
+            } else {
+                mcir::ir::print_function(module, &module.funcs[f])
+            }
+        };
+        let pass_text = |d: &mcir::Differentiated, f: mcir::FuncId, reverse: bool| {
+            if native {
+                d.native_pass_text(f, reverse)
+            } else {
+                d.pass_text(f, reverse)
+            }
+        };
         if stage == Stage::Primal {
             return Ok(Outcome::ok(primal_text(func)));
         }
@@ -715,16 +750,13 @@ fn cmd_ir(
                     .tangent_module_with(f, &kinds)
                     .map_err(|e| Outcome::program(format!("error: {e}\n")))?;
                 if let Some((_, tf, _)) = &t.entry {
-                    return Ok(Outcome::ok(mcir::ir::print_function(&t.module, &t.module.funcs[*tf])));
+                    return Ok(Outcome::ok(print_in(&t.module, *tf)));
                 }
             }
         }
         if let (Stage::Tangent, Some(t)) = (stage, &tangents) {
-            let texts: Vec<String> = funcs
-                .iter()
-                .filter_map(|f| t.tangent(*f))
-                .map(|tf| mcir::ir::print_function(&t.module, &t.module.funcs[tf]))
-                .collect();
+            let texts: Vec<String> =
+                funcs.iter().filter_map(|f| t.tangent(*f)).map(|tf| print_in(&t.module, tf)).collect();
             return Ok(Outcome::ok(texts.join("\n")));
         }
         // With constant arguments, the entry's own rule.
@@ -745,18 +777,18 @@ fn cmd_ir(
                 out.push('\n');
             }
             if matches!(stage, Stage::Fwd | Stage::All) {
-                out.push_str(&d.pass_text(f, false));
+                out.push_str(&pass_text(&d, f, false));
             }
             if stage == Stage::All {
                 out.push('\n');
             }
             if matches!(stage, Stage::Rev | Stage::All) {
-                out.push_str(&d.pass_text(f, true));
+                out.push_str(&pass_text(&d, f, true));
             }
             if let (Stage::All, Some(t)) = (stage, &tangents) {
                 if let Some(tf) = t.tangent(f) {
                     out.push('\n');
-                    out.push_str(&mcir::ir::print_function(&t.module, &t.module.funcs[tf]));
+                    out.push_str(&print_in(&t.module, tf));
                 }
             }
         }

@@ -102,6 +102,15 @@ pub fn jam_reductions(f: &Function) -> Option<Function> {
     Some(out)
 }
 
+/// `f` as native code compiles it: jammed (see [`jam_reductions`]) when that changes
+/// it and the result passes the verifier, else as it is.
+pub fn as_compiled<'f>(module: &crate::Module, f: &'f Function) -> std::borrow::Cow<'f, Function> {
+    match jam_reductions(f).filter(|j| crate::verify::verify_function(module, j).is_ok()) {
+        Some(j) => std::borrow::Cow::Owned(j),
+        None => std::borrow::Cow::Borrowed(f),
+    }
+}
+
 /// The headers of the loops [`jam_reductions`] runs side by side, and how many
 /// iterations at a time.
 pub fn jammed_loops(f: &Function) -> Vec<(Block, usize)> {
@@ -203,7 +212,11 @@ fn find_nest(f: &Function, cfg: &ControlFlow, proofs: &Proofs, h: Block) -> Opti
     let (j, limit) = (itest.args[0], itest.args[1]);
     let j_at = id.params.iter().position(|&p| p == j)?;
     let only_pred = |b: Block, p: Block| cfg.preds[b.index()].iter().all(|&q| q == p);
-    if !only_pred(body_block, inner) || !only_pred(*suffix, inner) {
+    let enters_inner = |p: &Block| *p == prefix || *p == body_block;
+    if !only_pred(body_block, inner)
+        || !only_pred(*suffix, inner)
+        || !cfg.preds[inner.index()].iter().all(enters_inner)
+    {
         return None;
     }
     // Both counters step by one, at the end of their loop's last block.

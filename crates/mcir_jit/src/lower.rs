@@ -429,11 +429,9 @@ impl<'a> Lowering<'a> {
         clif: &mut cranelift_codegen::ir::Function,
         fctx: &mut FunctionBuilderContext,
     ) -> Result<(), String> {
-        // Loops around reductions run several iterations side by side (`mcir_ir::jam`);
-        // the rewritten function must pass the verifier like any pass's output.
-        let jammed = mcir_ir::jam::jam_reductions(&self.module.funcs[func])
-            .filter(|j| mcir_ir::verify::verify_function(self.module, j).is_ok());
-        let f = jammed.as_ref().unwrap_or(&self.module.funcs[func]);
+        // Loops around reductions run several iterations side by side (`mcir_ir::jam`).
+        let compiled = mcir_ir::jam::as_compiled(self.module, &self.module.funcs[func]);
+        let f = &*compiled;
         clif.signature = signature(self.jit, f);
         clif.name = UserFuncName::user(0, func.index() as u32);
         let target = self.jit.target_config();

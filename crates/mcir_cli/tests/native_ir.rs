@@ -1,0 +1,61 @@
+//! `mcc ir --native` prints functions as native code compiles them: the loops of
+//! `tests/programs/side_by_side_reductions.mcir` that run several iterations side by
+//! side, snapshotted; the printed module re-parses, verifies and prints the same; and
+//! the gmm's forward pass, compiled for GradBench's shapes at d = 64, has its
+//! triangular product jammed.
+
+// Test code: a failure should stop the test where it happens.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use support::*;
+
+#[test]
+fn native_ir_is_snapshotted_and_reparses() {
+    let path = root().join("tests/programs/side_by_side_reductions.mcir");
+    let out = mcc(&["ir", path.to_str().unwrap(), "--native"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    snapshot_settings("native")
+        .bind(|| insta::assert_snapshot!("side_by_side_reductions", out.stdout.clone()));
+    let module = mcir::ir::parse_module(&out.stdout).unwrap();
+    mcir::ir::verify_module(&module).unwrap();
+    assert_eq!(mcir::ir::print_module(&module), out.stdout);
+    // More code than the optimised IR: the side-by-side copies.
+    let opt = mcc(&["ir", path.to_str().unwrap(), "--opt"]);
+    assert!(out.stdout.lines().count() > opt.stdout.lines().count() + 100);
+}
+
+#[test]
+fn the_gmm_forward_pass_at_d_64_is_jammed() {
+    // GradBench's shapes at d = 64, k = 2, n = 3 (values do not matter to the code).
+    let (d, k, n) = (64, 2, 3);
+    let row = |m: usize| format!("[{}]", vec!["0.5"; m].join(","));
+    let rows = |r: usize, m: usize| format!("[{}]", vec![row(m); r].join(","));
+    let args = format!(
+        "[{}, {}, {}, {}, {}, 0, 1.0]",
+        row(k),
+        rows(k, d),
+        rows(k, d),
+        rows(k, d * (d - 1) / 2),
+        rows(n, d)
+    );
+    let gmm = root().join("benches/gradbench/gmm.mcir");
+    let ir = |native: bool| {
+        let mut cmd =
+            vec!["ir", gmm.to_str().unwrap(), "--fn", "objective", "--shapes-of", &args, "--stage", "fwd"];
+        cmd.extend(["--const", "4", "--const", "5", "--const", "6"]);
+        if native {
+            cmd.push("--native");
+        }
+        let out = mcc(&cmd);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        out.stdout
+    };
+    let (written, native) = (ir(false), ir(true));
+    // Four rows' `y += lower[c, r, j] * xc[j]` in one inner loop: the loads of `lower`
+    // in the forward pass go from one to four in that loop, plus one in each row's rest.
+    let loads = |text: &str| text.matches("load.trusted %lower").count();
+    assert_eq!(loads(&written), 1, "{written}");
+    assert_eq!(loads(&native), 1 + 4 + 4, "{native}");
+}
