@@ -34,9 +34,9 @@ use mcir_ir::{
 };
 use std::collections::HashMap;
 
-/// More terms than this and a combination is computed where it is defined: the
-/// coefficients of a longer one, repeated in each reader, would cost more than the
-/// chain they shorten.
+/// More terms (or more addends that wait on nothing) than this and a combination is
+/// computed where it is defined: the coefficients of a longer one, repeated in each
+/// reader, would cost more than the chain they shorten.
 const MAX_TERMS: usize = 8;
 
 /// Latencies, in cycles, that order the additions of a sum (a model, not a measure).
@@ -247,7 +247,12 @@ impl BlockPass<'_> {
         if let Some((r, form)) = self.linear_form(f, &data) {
             self.changed = true;
             let many_atoms = form.terms.len() >= 2 && self.uses_here[r.index()] > 1;
-            if self.escapes[r.index()] || many_atoms || form.terms.len() > MAX_TERMS {
+            // Long combinations are computed where they are defined. Addends that wait
+            // on nothing count too: a chain of sums (straight-line code of an unrolled
+            // loop) would otherwise hand each reader a longer copy of them, and each
+            // product of a copy rebuilds every addend: quadratic in the chain's length.
+            let long = form.terms.len() > MAX_TERMS || form.rest.len() > MAX_TERMS;
+            if self.escapes[r.index()] || many_atoms || long {
                 let (v, negative) = self.build(f, &form);
                 if negative {
                     let n = self.emit(f, Op::FUnary(FUnOp::Neg), vec![v]);

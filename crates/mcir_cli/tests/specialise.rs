@@ -1,8 +1,9 @@
 //! Code compiled for the shapes of its arguments (`--specialise`) computes what the
 //! generic code does: every program of the corpus and every case of `tests/check` gives
 //! the same value, argument states and gradient, on native code and on the interpreter;
-//! unrolled loops leave the gmm's inner loops straight-line code; and specialised code
-//! called with arguments of other shapes stops with an error that says so.
+//! unrolled loops leave the gmm's inner loops straight-line code; specialised code
+//! called with arguments of other shapes stops with an error that says so; and the
+//! reverse pass of a long unrolled chain of sums stays proportionate to it.
 
 // Test code: a failure should stop the test where it happens.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -130,4 +131,21 @@ fn specialised_code_checks_the_shapes_it_is_called_with() {
     let e = prepared.call(&mut [mcir::Arg::F64Array(&mut data, &[6, 1])]).unwrap_err().to_string();
     assert!(e.contains("compiled for 2"), "{e}");
     assert_eq!(prepared.call(&mut [mcir::Arg::F64Array(&mut data, &[2, 3])]).unwrap(), 6.0);
+}
+
+#[test]
+fn unrolled_sums_keep_the_reverse_pass_linear_in_their_length() {
+    // `tests/check/long_sum_chains.mcir`: 25 updates of one accumulator in a block once
+    // unrolled. Its reverse pass used to grow quadratically in them (past 8 GB); it is
+    // now a few hundred instructions, like the code it reverses.
+    let path = root().join("tests/check/long_sum_chains.mcir");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let args = header(&text, "args").unwrap();
+    let ir = |stage: &str| {
+        let out = mcc(&["ir", path.to_str().unwrap(), "--fn", "f", "--shapes-of", &args, "--stage", stage]);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        out.stdout.lines().count()
+    };
+    let (primal, reverse) = (ir("primal"), ir("rev"));
+    assert!(reverse < 3 * primal, "the reverse pass has {reverse} lines for a primal of {primal}");
 }
