@@ -7,7 +7,8 @@
 //! closures (capturing scalars and arrays, changing arrays, nested, passed to a function
 //! that takes a function), hand-written rules,
 //! refs (of scalars and of arrays), `f64` arrays of rank 1 to 3, `i64` and `bool`
-//! arrays, loops with constant and data-dependent trip counts, `while` loops,
+//! arrays, loops with constant and data-dependent trip counts, loops around a reduction
+//! (which native code runs several rows at a time), `while` loops,
 //! branches, `break` and `continue`, early returns, calls with aliased arguments,
 //! bounded recursion, in-place updates, fresh allocations and the math builtins. Every
 //! program terminates (every loop has a bound), indexes in range, never overflows an
@@ -388,6 +389,29 @@ impl Gen<'_, '_> {
             28 => {
                 let value = e(self, scope);
                 self.line(indent, &format!("acc += HALF * tanh({value});"));
+            }
+            29 if nested => {
+                // A loop around a reduction over the elements before `i` (or all of
+                // them): what native code runs several rows at a time.
+                let (i, j, s) = (self.name("i"), self.name("j"), self.name("s"));
+                let limit = if self.src.chance(50) { i.clone() } else { "len(x)".to_string() };
+                let rows =
+                    Scope { reals: vec![format!("x[{i}]")], small_ints: Vec::new(), in_loop: true, depth: 2 };
+                let first = self.real(&rows, 2);
+                let cells = Scope {
+                    reals: vec![format!("x[{i}]"), format!("x[{j}]")],
+                    small_ints: Vec::new(),
+                    in_loop: true,
+                    depth: 2,
+                };
+                let term = self.real(&cells, 2);
+                self.line(indent, &format!("for {i} in 0..len(x) {{"));
+                self.line(indent + 1, &format!("let mut {s} = tanh({first});"));
+                self.line(indent + 1, &format!("for {j} in 0..{limit} {{"));
+                self.line(indent + 2, &format!("{s} += x[{j}] * tanh({term});"));
+                self.line(indent + 1, "}");
+                self.line(indent + 1, &format!("acc += 0.1 * tanh({s});"));
+                self.line(indent, "}");
             }
             30 => {
                 // A closure capturing what the scope holds (scalars by value, `x` and `r`
