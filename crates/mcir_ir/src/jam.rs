@@ -41,8 +41,13 @@
 //!   prefix and inner body do not read (and they read only arrays that cannot be those:
 //!   the function's parameters and other arrays it made);
 //! - when the prefix may fail (a load not proven in bounds), the suffix may neither
-//!   fail nor store into arrays: whichever prefix fails first fails first in both
-//!   orders, and what the skipped suffixes would have done is invisible.
+//!   fail nor store into arrays (only put records on stacks the function made):
+//!   whichever prefix fails first fails first in both orders, and what the skipped
+//!   suffixes would have done is invisible;
+//! - when the suffix may fail, every load of the prefixes and bodies is proven in
+//!   bounds for every iteration below the bound (a trusted load may be trusted only for
+//!   the iterations the original reaches);
+//! - nothing reads the loops' tests.
 //!
 //! Native code applies this to every function it compiles (`mcir_jit`); the
 //! interpreter runs functions as written, which the tests compare it against.
@@ -263,6 +268,15 @@ fn find_nest(f: &Function, cfg: &ControlFlow, proofs: &Proofs, h: Block) -> Opti
     if reads_outer(prefix) || reads_outer(inner) || reads_outer(body_block) {
         return None;
     }
+    // The loops' tests are not copied: nothing else may read them.
+    let reads_test = |b: Block| {
+        let reads = |v: &Value| v == cond || v == icond;
+        f.blocks[b].insts.iter().any(|&i| f.insts[i].args.iter().any(reads))
+            || (b != h && b != inner && f.blocks[b].term.uses().iter().any(reads))
+    };
+    if [prefix, body_block, *suffix, h, inner].iter().any(|&b| reads_test(b)) {
+        return None;
+    }
     let pre = &f.blocks[prefix].insts;
     let inb = &f.blocks[body_block].insts;
     let suf = &f.blocks[*suffix].insts;
@@ -287,7 +301,10 @@ fn find_nest(f: &Function, cfg: &ControlFlow, proofs: &Proofs, h: Block) -> Opti
     for &i in suf {
         let d = &f.insts[i];
         let ok = match d.op {
-            Op::StackPut => true,
+            // Tape records: a stack the function made is seen by no one if the call
+            // fails. (A put fails only past the room reserved for it, which derived
+            // passes reserve for the whole loop: a compiler error, not the program's.)
+            Op::StackPut => !prefix_fails || made_stack(f, d.args[0]),
             Op::Store | Op::TrustedStore => {
                 !prefix_fails && distinct_reads && made_here(f, d.args[0]) && !read.contains(&d.args[0])
             }
@@ -297,6 +314,16 @@ fn find_nest(f: &Function, cfg: &ControlFlow, proofs: &Proofs, h: Block) -> Opti
         if !ok {
             return None;
         }
+    }
+    // When a suffix may fail, the original stops there and never runs the next
+    // iterations' prefixes and bodies, which now run before it: their trusted loads must
+    // be in bounds for every iteration below the bound (proven), not only for those the
+    // original reaches.
+    let suffix_fails = suf.iter().any(|&i| can_fail(f, proofs, i));
+    let proven = |i: &Inst| proofs.in_bounds.get(i).is_some_and(|dims| dims.iter().all(|&x| x));
+    let unproven_trusted = pre.iter().chain(inb).any(|i| f.insts[*i].op == Op::TrustedLoad && !proven(i));
+    if suffix_fails && unproven_trusted {
+        return None;
     }
     // Enough chains to overlap (`FACTOR` in all), and a body native code can hold in
     // registers.
@@ -323,6 +350,11 @@ fn find_nest(f: &Function, cfg: &ControlFlow, proofs: &Proofs, h: Block) -> Opti
         suffix: *suffix,
         factor,
     })
+}
+
+/// Whether stack value `s` is made by an instruction of `f` (`stack.new`).
+fn made_stack(f: &Function, s: Value) -> bool {
+    f.defining(s).is_some_and(|d| d.op == Op::StackNew)
 }
 
 fn is_function_param(f: &Function, v: Value) -> bool {
@@ -375,12 +407,6 @@ fn copy_insts(
     for i in f.blocks[src].insts.clone() {
         let d = f.insts[i].clone();
         let args: Vec<Value> = d.args.iter().map(|a| *map.get(a).unwrap_or(a)).collect();
-        if let (Some(key), Some(old)) = (dedup_key(&d.op, loads), d.result) {
-            if let Some(&v) = seen.get(&(key, args.clone())) {
-                map.insert(old, v);
-                continue;
-            }
-        }
         let op = match d.op {
             Op::Load if proofs.in_bounds.get(&i).is_some_and(|dims| dims.iter().all(|&x| x)) => {
                 Op::TrustedLoad
@@ -390,6 +416,12 @@ fn copy_insts(
             }
             ref op => op.clone(),
         };
+        if let (Some(key), Some(old)) = (dedup_key(&op, loads), d.result) {
+            if let Some(&v) = seen.get(&(key, args.clone())) {
+                map.insert(old, v);
+                continue;
+            }
+        }
         let ty = d.result.map(|r| f.values[r].ty);
         let r = f.push_inst(dst, op.clone(), args.clone(), ty, d.span);
         if let (Some(old), Some(new)) = (d.result, r) {
@@ -463,7 +495,9 @@ fn jam(f: &mut Function, proofs: &Proofs, n: &Nest) {
     let limits: Vec<Value> = maps.iter().map(|m| *m.get(&n.limit).unwrap_or(&n.limit)).collect();
     let mut common = limits[0];
     for &l in &limits[1..] {
-        common = f.push_value(jp, Op::IBinary(IBinOp::Min), vec![common, l], i64t, span);
+        if l != common {
+            common = f.push_value(jp, Op::IBinary(IBinOp::Min), vec![common, l], i64t, span);
+        }
     }
     let start = *maps[0].get(&n.start).unwrap_or(&n.start);
 
@@ -601,5 +635,96 @@ fn jam(f: &mut Function, proofs: &Proofs, n: &Nest) {
             }
             Terminator::Return(_) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `s = Σ_r (Σ_{j<r} x[j] · p_r)²` where the prefix computes `p_r` (`PREFIX`), the
+    /// suffix may add an instruction (`SUFFIX`), and the function takes `z`, a stack and
+    /// an array it makes (`%81`) to play with.
+    const BASE: &str = "fn @f(%x_1: f64[], %z_0: f64[], %st_30: stack<f64>, %m_31: i64) -> f64 {
+bb0:
+    %2: i64 = array.dim 0 %x_1
+    %3: i64 = iconst 0
+    %4: f64 = fconst 0.0
+    %80: i64 = iconst 1
+    %81: f64[] = array.fill %4, %80
+    %32: i64 = stack.reserve %st_30, %3, %m_31, %3
+    jump bb1(%3, %4)
+bb1(%r_5: i64, %s_6: f64):
+    %7: bool = icmp lt %r_5, %2
+    br %7, bb2, bb6
+bb2:
+    PREFIX
+    jump bb3(%3, %4)
+bb3(%j_8: i64, %y_9: f64):
+    %10: bool = icmp lt %j_8, %r_5
+    br %10, bb4, bb5
+bb4:
+    %12: f64 = load.trusted %x_1[%j_8]
+    %13: f64 = fmul %11, %12
+    %14: f64 = fadd %y_9, %13
+    %15: i64 = iconst 1
+    %16: i64 = iadd %j_8, %15
+    jump bb3(%16, %14)
+bb5:
+    SUFFIX
+    %17: f64 = fmul %y_9, %y_9
+    %18: f64 = fadd %s_6, %17
+    %19: i64 = iconst 1
+    %20: i64 = iadd %r_5, %19
+    jump bb1(%20, %18)
+bb6:
+    ret %s_6
+}
+";
+
+    fn loops(prefix: &str, suffix: &str) -> Vec<usize> {
+        let text = BASE.replace("PREFIX", prefix).replace("SUFFIX", suffix);
+        let module = crate::parse_module(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let f = module.funcs.values().next().unwrap();
+        let found: Vec<usize> = jammed_loops(f).iter().map(|&(_, factor)| factor).collect();
+        if let Some(j) = jam_reductions(f) {
+            crate::verify::verify_function(&module, &j).unwrap_or_else(|e| panic!("{e}"));
+        }
+        found
+    }
+
+    #[test]
+    fn a_row_reduction_is_jammed() {
+        assert_eq!(loops("%11: f64 = load.trusted %x_1[%r_5]", ""), [4]);
+        // A prefix that may fail, with a suffix that neither fails nor stores.
+        assert_eq!(loops("%11: f64 = load %z_0[%r_5]", ""), [4]);
+    }
+
+    #[test]
+    fn a_loop_whose_test_is_read_is_left_alone() {
+        let prefix = "%51: f64 = load.trusted %x_1[%r_5]\n    %11: f64 = select %7, %51, %4";
+        assert_eq!(loops(prefix, ""), [0usize; 0]);
+        let suffix = "%52: f64 = select %10, %4, %y_9";
+        assert_eq!(loops("%11: f64 = load.trusted %x_1[%r_5]", suffix), [0usize; 0]);
+    }
+
+    #[test]
+    fn a_failing_prefix_keeps_the_suffix_from_writing_what_can_be_seen() {
+        // A put into a stack the caller passed: left alone.
+        let put = "stack.put %st_30, %32, %r_5, %y_9";
+        assert_eq!(loops("%11: f64 = load %z_0[%r_5]", put), [0usize; 0]);
+        // A store into an array the function made, which the loop does not read.
+        assert_eq!(loops("%11: f64 = load %z_0[%r_5]", "store %81[%r_5], %y_9"), [0usize; 0]);
+        // With a prefix that cannot fail, the store is fine.
+        assert_eq!(loops("%11: f64 = load.trusted %x_1[%r_5]", "store.trusted %81[%r_5], %y_9"), [4]);
+    }
+
+    #[test]
+    fn a_failing_suffix_keeps_unproven_trusted_loads_from_running_early() {
+        // `z[r]` is trusted but not proven: the original might stop at the suffix's
+        // failing store before reaching a row where it is out of bounds.
+        assert_eq!(loops("%11: f64 = load.trusted %z_0[%r_5]", "store %81[%r_5], %y_9"), [0usize; 0]);
+        // Proven (`x[r]` with `r < len(x)`), it may run early.
+        assert_eq!(loops("%11: f64 = load.trusted %x_1[%r_5]", "store %81[%r_5], %y_9"), [4]);
     }
 }
