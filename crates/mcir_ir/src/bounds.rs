@@ -86,11 +86,7 @@ fn loop_facts(f: &Function, cfg: &ControlFlow, ranges: Option<&Ranges>) -> Vec<F
                 ok = false;
                 continue;
             };
-            let is_step = f.defining(arg).is_some_and(|d| {
-                matches!(d.op, Op::IBinary(IBinOp::Add))
-                    && ((d.args[0] == *p && f.const_int(d.args[1]) == Some(1))
-                        || (d.args[1] == *p && f.const_int(d.args[0]) == Some(1)))
-            });
+            let is_step = f.is_increment_of(arg, *p);
             let first = match (f.const_int(arg), ranges) {
                 (Some(c), _) => Some((c, c)),
                 (None, Some(r)) if !is_step => {

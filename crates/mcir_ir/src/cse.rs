@@ -18,29 +18,47 @@ use crate::op::Op;
 use crate::types::TypeTable;
 use std::collections::HashMap;
 
-/// What identifies a pure operation apart from its operands.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-struct OpKey {
+/// What identifies an operation apart from its operands: two with equal keys on equal
+/// operands compute the same value, when they are pure (or, for loads, when nothing
+/// between them stores: `jam.rs` merges those too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct OpKey {
     kind: std::mem::Discriminant<Op>,
     payload: u64,
 }
 
+impl OpKey {
+    /// The key of a computation, a projection or a load; `None` for anything else.
+    pub(crate) fn of(op: &Op) -> Option<OpKey> {
+        let payload = match op {
+            Op::FConst(x) => x.to_bits(),
+            Op::IConst(x) => *x as u64,
+            Op::BConst(b) => *b as u64,
+            Op::FBinary(o) => *o as u64,
+            Op::FUnary(o) => *o as u64,
+            Op::IBinary(o) => *o as u64,
+            Op::IUnary(o) => *o as u64,
+            Op::FCmp(c) | Op::ICmp(c) | Op::BCmp(c) => *c as u64,
+            Op::FPowI | Op::Not | Op::IToF | Op::Select | Op::Load | Op::TrustedLoad => 0,
+            Op::TupleGet(k) => u64::from(*k),
+            Op::ArrayDim(k) => u64::from(*k),
+            Op::StructGet(s, k) => ((s.index() as u64) << 32) | u64::from(*k),
+            _ => return None,
+        };
+        Some(OpKey { kind: std::mem::discriminant(op), payload })
+    }
+}
+
 /// The key of `op` if it is pure in the sense above.
 fn key(types: &TypeTable, op: &Op) -> Option<OpKey> {
-    let payload = match op {
-        Op::FConst(x) => x.to_bits(),
-        Op::IConst(x) => *x as u64,
-        Op::BConst(b) => *b as u64,
-        Op::FBinary(o) => *o as u64,
-        Op::FUnary(o) => *o as u64,
-        Op::FCmp(c) | Op::ICmp(c) | Op::BCmp(c) => *c as u64,
-        Op::FPowI | Op::Not | Op::IToF | Op::Select => 0,
-        Op::TupleGet(k) => u64::from(*k),
-        Op::ArrayDim(k) => u64::from(*k),
-        Op::StructGet(s, k) if !types.struct_def(*s).mutable => ((s.index() as u64) << 32) | u64::from(*k),
-        _ => return None,
-    };
-    Some(OpKey { kind: std::mem::discriminant(op), payload })
+    let pure = op.is_scalar_arith()
+        || matches!(op, Op::TupleGet(_) | Op::ArrayDim(_))
+        || matches!(op, Op::StructGet(s, _) if !types.struct_def(*s).mutable);
+    if pure {
+        OpKey::of(op)
+    } else {
+        None
+    }
 }
 
 /// `f` with every pure operation that repeats one dominating it removed, its uses

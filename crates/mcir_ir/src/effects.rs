@@ -88,22 +88,8 @@ fn fresh_values(types: &TypeTable, f: &Function) -> Vec<bool> {
     for (_, data) in f.blocks.iter() {
         for &inst in &data.insts {
             let d = &f.insts[inst];
-            let allocates = matches!(
-                d.op,
-                Op::ArrayFill
-                    | Op::ArrayLit(_)
-                    | Op::ArrayCopy
-                    | Op::MapFBinary(_)
-                    | Op::MapIBinary(_)
-                    | Op::MapFUnary(_)
-                    | Op::MapFPowI
-                    | Op::MatMul(_)
-                    | Op::MatVec(_)
-                    | Op::Transpose
-                    | Op::ZerosLike
-                    | Op::RefNew
-                    | Op::StackNew
-            ) || matches!(d.op, Op::StructNew(s) if types.struct_def(s).mutable);
+            let allocates =
+                d.op.allocates() || matches!(d.op, Op::StructNew(s) if types.struct_def(s).mutable);
             if let (true, Some(r)) = (allocates, d.result) {
                 fresh[r.index()] = true;
             }

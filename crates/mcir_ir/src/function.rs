@@ -204,6 +204,15 @@ impl Function {
         }
     }
 
+    /// Whether `v` is `counter + 1` (either way round): a counted loop's step.
+    pub fn is_increment_of(&self, v: Value, counter: Value) -> bool {
+        self.defining(v).is_some_and(|d| {
+            d.op == crate::op::Op::IBinary(crate::op::IBinOp::Add)
+                && (d.args[0] == counter && self.const_int(d.args[1]) == Some(1)
+                    || d.args[1] == counter && self.const_int(d.args[0]) == Some(1))
+        })
+    }
+
     /// Every use of a value that `subst` replaces reads its replacement instead, following
     /// chains (`a → b → c` reads `c`): what a pass that found values equal to others does
     /// once it knows them all. Each replacement must be a value defined before the one it

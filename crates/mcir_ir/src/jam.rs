@@ -54,6 +54,7 @@
 
 use crate::bounds::Proofs;
 use crate::cfg::ControlFlow;
+use crate::cse::OpKey;
 use crate::entity::EntityRef;
 use crate::function::*;
 use crate::op::{CmpOp, IBinOp, Op};
@@ -149,19 +150,7 @@ fn computes_or_reads(op: &Op) -> bool {
 /// Whether array value `a` is made by an instruction of `f` (so no parameter, and no
 /// other array made there, is the same array).
 fn made_here(f: &Function, a: Value) -> bool {
-    f.defining(a).is_some_and(|d| {
-        matches!(
-            d.op,
-            Op::ArrayFill
-                | Op::ArrayLit(_)
-                | Op::ArrayCopy
-                | Op::ZerosLike
-                | Op::MapFUnary(_)
-                | Op::MapFBinary(_)
-                | Op::MapIBinary(_)
-                | Op::MapFPowI
-        )
-    })
+    f.defining(a).is_some_and(|d| d.op.allocates())
 }
 
 fn find_nest(f: &Function, cfg: &ControlFlow, proofs: &Proofs, h: Block) -> Option<Nest> {
@@ -227,10 +216,7 @@ fn find_nest(f: &Function, cfg: &ControlFlow, proofs: &Proofs, h: Block) -> Opti
     // Both counters step by one, at the end of their loop's last block.
     let steps = |latch: Block, target: Block, at: usize, counter: Value| {
         let Terminator::Jump(back) = &f.blocks[latch].term else { return false };
-        back.block == target
-            && back.args.get(at).and_then(|&a| f.defining(a)).is_some_and(|d| {
-                d.op == Op::IBinary(IBinOp::Add) && d.args[0] == counter && f.const_int(d.args[1]) == Some(1)
-            })
+        back.block == target && back.args.get(at).is_some_and(|&a| f.is_increment_of(a, counter))
     };
     if !steps(body_block, inner, j_at, j) || !steps(*suffix, h, counter_at, counter) {
         return None;
@@ -361,32 +347,17 @@ fn is_function_param(f: &Function, v: Value) -> bool {
     matches!(f.values[v].def, ValueDef::Param(b, _) if b == f.entry())
 }
 
-/// An op apart from its operands (its kind, and the payload that tells ops of one
-/// kind apart).
-type OpKey = (std::mem::Discriminant<Op>, u64);
-
 /// The copies made so far in one block: an op and its operands, and its result.
 type Seen = HashMap<(OpKey, Vec<Value>), Value>;
 
 /// What identifies an instruction whose repeat on the same operands in a copy is the
-/// same value (a computation, or a load: nothing the copies run stores).
+/// same value: a computation, or a load when the block copied stores nothing (`loads`).
 fn dedup_key(op: &Op, loads: bool) -> Option<OpKey> {
-    let payload = match op {
-        Op::FConst(x) => x.to_bits(),
-        Op::IConst(x) => *x as u64,
-        Op::BConst(b) => *b as u64,
-        Op::FBinary(o) => *o as u64,
-        Op::FUnary(o) => *o as u64,
-        Op::IBinary(o) => *o as u64,
-        Op::IUnary(o) => *o as u64,
-        Op::FCmp(c) | Op::ICmp(c) | Op::BCmp(c) => *c as u64,
-        Op::FPowI | Op::Not | Op::IToF | Op::Select => 0,
-        Op::Load | Op::TrustedLoad if loads => 0,
-        Op::TupleGet(k) => u64::from(*k),
-        Op::ArrayDim(k) => u64::from(*k),
-        _ => return None,
-    };
-    Some((std::mem::discriminant(op), payload))
+    match op {
+        Op::Load | Op::TrustedLoad if !loads => None,
+        _ if computes_or_reads(op) => OpKey::of(op),
+        _ => None,
+    }
 }
 
 /// Appends copies of `src`'s instructions to `dst`, reading operands through `map` and

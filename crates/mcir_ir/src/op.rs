@@ -562,6 +562,28 @@ impl Op {
         )
     }
 
+    /// Whether the op's result is memory it allocates: no other value held before it is
+    /// the same array, ref or stack. (A `mut struct` made with `struct.new` is too; that
+    /// needs the type table to tell.)
+    pub fn allocates(&self) -> bool {
+        matches!(
+            self,
+            Op::ArrayFill
+                | Op::ArrayLit(_)
+                | Op::ArrayCopy
+                | Op::MapFBinary(_)
+                | Op::MapIBinary(_)
+                | Op::MapFUnary(_)
+                | Op::MapFPowI
+                | Op::MatMul(_)
+                | Op::MatVec(_)
+                | Op::Transpose
+                | Op::ZerosLike
+                | Op::RefNew
+                | Op::StackNew
+        )
+    }
+
     /// Whether the op has an effect besides its result (writes memory, prints, calls), so
     /// that it must be kept even when its result is unused. Ops that may fail at run time
     /// are also kept: removing them would remove the error.

@@ -17,7 +17,7 @@
 use crate::cfg::ControlFlow;
 use crate::entity::EntityRef;
 use crate::function::*;
-use crate::op::{CmpOp, IBinOp, Op};
+use crate::op::{CmpOp, Op};
 use crate::types::TypeTable;
 use std::collections::{HashMap, HashSet};
 
@@ -321,11 +321,7 @@ fn find_short_loop(f: &Function, budget: usize) -> Option<Plan> {
         let Some(bound) = f.const_int(bound) else { continue };
         let Some(start) = entry_call.args.get(k).and_then(|&a| f.const_int(a)) else { continue };
         let Terminator::Jump(back) = &f.blocks[*latch].term else { continue };
-        let steps_by_one = back.args.get(k).and_then(|&a| f.defining(a)).is_some_and(|d| {
-            d.op == Op::IBinary(IBinOp::Add)
-                && (d.args[0] == counter && f.const_int(d.args[1]) == Some(1)
-                    || d.args[1] == counter && f.const_int(d.args[0]) == Some(1))
-        });
+        let steps_by_one = back.args.get(k).is_some_and(|&a| f.is_increment_of(a, counter));
         if !steps_by_one {
             continue;
         }
@@ -514,6 +510,7 @@ fn unroll(f: &mut Function, plan: &Plan) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::op::IBinOp;
 
     /// `for r in 0..3 { for j in 0..r { s += x[j] * f64(r) } }`, and its module.
     const TRIANGLE: &str = "fn @tri(%x_0: f64[]) -> f64 {
