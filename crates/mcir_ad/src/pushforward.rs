@@ -93,22 +93,6 @@ pub fn tangents_with(
             }
         }
     }
-    // A recursive function's tape holds tapes of its own type; such a type has no finite
-    // tangent type (the tangent of an immutable struct is a tuple).
-    let mut checked = std::collections::HashSet::new();
-    for &f in &reached {
-        let func = &module.funcs[f];
-        let mut tys = func.values.values().map(|v| v.ty).filter(|&t| checked.insert(t));
-        if let Some(t) = tys.find(|&t| crate::tangent::contains_itself(&module.types, t)) {
-            return Err(AdError {
-                func: func.name.clone(),
-                message: format!(
-                    "forward mode cannot go through a value of type {}, which contains itself (the tape of a recursive function); second-order derivatives of recursive functions are not supported",
-                    module.types.display(t)
-                ),
-            });
-        }
-    }
     // Declare first: calls refer to tangent functions before they are built.
     let mut of = HashMap::new();
     for &f in &reached {
@@ -211,6 +195,10 @@ struct Builder<'a> {
     block_map: Vec<Block>,
     /// Which primal values may have a non-zero tangent (see [`crate::analysis::varied_values`]).
     varied: Vec<bool>,
+    /// Each lane's `stack.reserve` of a shadow stack, by the reservation it mirrors (as
+    /// copied into the tangent function): a put into the shadow stack indexes from its own reservation, so that
+    /// every offset is paired with the stack it was reserved in.
+    reserved: HashMap<(Value, usize), Value>,
 }
 
 fn build(
@@ -235,6 +223,7 @@ fn build(
         tan: vec![vec![Tan::default(); n]; width],
         block_map: Vec::new(),
         varied: crate::analysis::varied_values(types, primal, constant, false),
+        reserved: HashMap::new(),
     };
     // Blocks and their parameters: primal ones, then per lane each one's leaves.
     for (blk, data) in primal.blocks.iter() {
@@ -785,7 +774,10 @@ impl Builder<'_> {
             Op::StackReserve => {
                 if has_tangent(types, self.primal.value_type(pa[0])) {
                     let cell = self.ds(lane, pa[0])?;
-                    self.e.val(Op::StackReserve, vec![cell, a[1], a[2], a[3]], TypeTable::I64);
+                    let base = self.e.val(Op::StackReserve, vec![cell, a[1], a[2], a[3]], TypeTable::I64);
+                    if let Some(r) = r {
+                        self.reserved.insert((r, lane), base);
+                    }
                 }
                 None
             }
@@ -795,7 +787,8 @@ impl Builder<'_> {
                     let cell = self.ds(lane, pa[0])?;
                     let tan = self.t(lane, pa[3]);
                     let tv = self.tangent_value(types, ct, &tan);
-                    self.e.eff(Op::StackPut, vec![cell, a[1], a[2], tv]);
+                    let base = self.reserved.get(&(a[1], lane)).copied().unwrap_or(a[1]);
+                    self.e.eff(Op::StackPut, vec![cell, base, a[2], tv]);
                 }
                 None
             }

@@ -320,6 +320,9 @@ const INLINE_ARRAY_ELEMS: i64 = 64;
 fn sole_reservations(f: &Function) -> HashSet<Value> {
     let mut reservations: HashMap<Value, Vec<Value>> = HashMap::new();
     let mut other_uses: HashSet<Value> = HashSet::new();
+    // Each put's stack and the reservation it indexes from: a cursor holds one stack's
+    // data, so an offset used to index another stack disqualifies its reservation.
+    let mut puts: Vec<(Value, Value)> = Vec::new();
     for (_, d) in f.insts.iter() {
         match d.op {
             Op::StackReserve => {
@@ -328,7 +331,12 @@ fn sole_reservations(f: &Function) -> HashSet<Value> {
                 }
                 other_uses.extend(d.args.iter().skip(1).copied());
             }
-            Op::StackPut => other_uses.extend(d.args.iter().skip(1).copied()),
+            Op::StackPut => {
+                if let [st, base, ..] = d.args[..] {
+                    puts.push((st, base));
+                }
+                other_uses.extend(d.args.iter().skip(2).copied());
+            }
             Op::TupleNew | Op::StructNew(_) => {}
             _ => other_uses.extend(d.args.iter().copied()),
         }
@@ -336,10 +344,16 @@ fn sole_reservations(f: &Function) -> HashSet<Value> {
     for (_, data) in f.blocks.iter() {
         other_uses.extend(data.term.uses());
     }
+    let foreign: HashSet<Value> = puts
+        .iter()
+        .filter(|&&(st, base)| reservations.get(&st).is_none_or(|rs| !rs.contains(&base)))
+        .map(|&(_, base)| base)
+        .collect();
     reservations
         .into_iter()
         .filter(|(st, rs)| rs.len() == 1 && !other_uses.contains(st))
         .flat_map(|(_, rs)| rs)
+        .filter(|r| !foreign.contains(r))
         .collect()
 }
 
