@@ -166,6 +166,13 @@ pub fn vjp_driver_with(
             dys.push(e.fconst(0.0));
         }
     }
+    // The value as the forward pass left it: the reverse pass restores the memory it
+    // overwrote, which a result may share (an array written after it was made, or an
+    // argument returned), so a result that holds memory is copied first.
+    let y = match (y, primal.ret) {
+        (Some(y), Some(r)) if holds_memory(types, r) => Some(snapshot(&mut e, types, r, y)),
+        (y, _) => y,
+    };
     // Reverse pass.
     let mut rev_args = vec![tape];
     rev_args.extend(dys);
@@ -207,6 +214,59 @@ pub fn vjp_driver_with(
         ));
     }
     Ok(id)
+}
+
+/// Whether a value of type `t` holds memory (an array, a cell, a `mut struct`, a stack).
+fn holds_memory(types: &TypeTable, t: TypeId) -> bool {
+    match types.get(t) {
+        Type::Scalar(_) => false,
+        Type::Array { .. } | Type::Ref(_) | Type::Stack(_) => true,
+        Type::Tuple(items) => items.iter().any(|&i| holds_memory(types, i)),
+        Type::Struct(s) => {
+            let def = types.struct_def(*s);
+            def.mutable || def.fields.iter().any(|&(_, f)| holds_memory(types, f))
+        }
+    }
+}
+
+/// A copy of `v` that shares no memory with it: arrays copied, cells and records made
+/// afresh with copies of their contents. (Program types are not recursive, so this ends.)
+fn snapshot(e: &mut Emit, types: &mut TypeTable, t: TypeId, v: Value) -> Value {
+    if !holds_memory(types, t) {
+        return v;
+    }
+    match types.get(t).clone() {
+        Type::Array { .. } => e.val(Op::ArrayCopy, vec![v], t),
+        Type::Ref(inner) => {
+            let content = e.val(Op::RefLoad, vec![v], inner);
+            let copy = snapshot(e, types, inner, content);
+            e.val(Op::RefNew, vec![copy], t)
+        }
+        Type::Tuple(items) => {
+            let fields = (0..items.len())
+                .map(|i| {
+                    let x = e.tuple_get(types, v, i as u32);
+                    snapshot(e, types, items[i], x)
+                })
+                .collect();
+            e.val(Op::TupleNew, fields, t)
+        }
+        Type::Struct(s) => {
+            let def = types.struct_def(s).clone();
+            let fields = def
+                .fields
+                .iter()
+                .enumerate()
+                .map(|(i, &(_, ft))| {
+                    let op = if def.mutable { Op::MutLoad(s, i as u32) } else { Op::StructGet(s, i as u32) };
+                    let x = e.val(op, vec![v], ft);
+                    snapshot(e, types, ft, x)
+                })
+                .collect();
+            e.val(Op::StructNew(s), fields, t)
+        }
+        Type::Scalar(_) | Type::Stack(_) => v,
+    }
 }
 
 /// Adds `f$grad` for the primal function `f`, which returns `f64`: the gradient with the
