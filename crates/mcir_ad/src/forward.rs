@@ -433,12 +433,10 @@ pub(crate) fn primal_extract(e: &mut Emit, types: &TypeTable, mut v: Value, path
     v
 }
 
-/// Reads the part of a tangent value at `path` (tangents of value types are tuples).
-pub(crate) fn tangent_extract(e: &mut Emit, types: &TypeTable, mut v: Value, path: &[u32]) -> Value {
-    for &i in path {
-        v = e.tuple_get(types, v, i);
-    }
-    v
+/// Reads the part of a tangent value at `path` (tangents of value types are tuples, or
+/// for a struct that holds itself its immutable tangent struct).
+pub(crate) fn tangent_extract(e: &mut Emit, types: &TypeTable, v: Value, path: &[u32]) -> Value {
+    primal_extract(e, types, v, path)
 }
 
 /// Builds a value of the tangent type of `t` from its rdata leaves and its fdata leaves
@@ -473,7 +471,14 @@ pub(crate) fn build_tangent(
         _ => Vec::new(),
     };
     let items: Vec<Value> = fields.into_iter().map(|ft| build_tangent(e, types, ft, rdata, fdata)).collect();
-    e.tuple(types, items)
+    let tt = tangent_type(types, t);
+    match types.get(tt) {
+        Type::Struct(s) => {
+            let s = *s;
+            e.val(Op::StructNew(s), items, tt)
+        }
+        _ => e.tuple(types, items),
+    }
 }
 
 /// The tangent a fresh cell or record holds for `v` during the forward pass: zero for

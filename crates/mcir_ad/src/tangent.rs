@@ -35,16 +35,31 @@ pub struct Leaf {
 
 /// Whether a value of type `t` has a non-trivial tangent.
 pub fn has_tangent(types: &TypeTable, t: TypeId) -> bool {
+    has_tangent_within(types, t, &mut Vec::new())
+}
+
+/// [`has_tangent`], with the structs being looked into: a struct reached again inside
+/// itself (a recursive function's tape, through a stack of its own tapes) adds nothing
+/// that its other fields do not, so it counts as having none there.
+fn has_tangent_within(types: &TypeTable, t: TypeId, open: &mut Vec<TypeId>) -> bool {
     match types.try_get(t) {
         Some(Type::Scalar(s)) => *s == Scalar::F64,
         Some(Type::Array { elem, .. }) => *elem == Scalar::F64,
-        Some(Type::Ref(inner)) => has_tangent(types, *inner),
-        Some(Type::Tuple(items)) => items.iter().any(|&i| has_tangent(types, i)),
+        Some(Type::Ref(inner)) => has_tangent_within(types, *inner, open),
+        Some(Type::Tuple(items)) => items.iter().any(|&i| has_tangent_within(types, i, open)),
         Some(Type::Struct(_)) => {
-            types.as_struct(t).is_some_and(|(_, d)| d.fields.iter().any(|f| has_tangent(types, f.1)))
+            if open.contains(&t) {
+                return false;
+            }
+            open.push(t);
+            let any = types
+                .as_struct(t)
+                .is_some_and(|(_, d)| d.fields.iter().any(|f| has_tangent_within(types, f.1, open)));
+            open.pop();
+            any
         }
         // A stack of a derived pass: its shadow, in forward mode, is a stack of tangents.
-        Some(Type::Stack(inner)) => has_tangent(types, *inner),
+        Some(Type::Stack(inner)) => has_tangent_within(types, *inner, open),
         None => false,
     }
 }
@@ -156,8 +171,9 @@ pub fn field_leaf_ranges(types: &TypeTable, t: TypeId, kind: LeafKind) -> Vec<st
 }
 
 /// The tangent type of `t`: `f64` for `f64`; the same array type for `f64` arrays;
-/// `ref<tangent>` for a ref; a tuple of field tangents for tuples and immutable structs;
-/// the mut struct `S$tan` of field tangents for a `mut struct S`; and `()` for every type
+/// `ref<tangent>` for a ref; a tuple of field tangents for tuples and immutable structs
+/// (the immutable struct `S$tan` for one that holds itself, which a tuple cannot); the
+/// mut struct `S$tan` of field tangents for a `mut struct S`; and `()` for every type
 /// without a tangent (`i64`, `bool`, their arrays, aggregates of them).
 pub fn tangent_type(types: &mut TypeTable, t: TypeId) -> TypeId {
     if !has_tangent(types, t) {
@@ -175,7 +191,10 @@ pub fn tangent_type(types: &mut TypeTable, t: TypeId) -> TypeId {
         }
         Type::Struct(s) => {
             let def = types.struct_def(s).clone();
-            if !def.mutable {
+            // An immutable struct's tangent is the tuple of its fields' tangents, unless
+            // it holds itself (a recursive function's tape, through a stack of its own
+            // tapes): a tuple cannot, so its tangent is the immutable struct `S$tan`.
+            if !def.mutable && !contains_itself(types, t) {
                 let ts: Vec<TypeId> = def.fields.iter().map(|f| tangent_type(types, f.1)).collect();
                 return types.intern(Type::Tuple(ts));
             }
@@ -183,7 +202,8 @@ pub fn tangent_type(types: &mut TypeTable, t: TypeId) -> TypeId {
             if let Some(sid) = types.struct_by_name(&name) {
                 return types.intern(Type::Struct(sid));
             }
-            let (sid, ty) = types.declare_struct(StructDef { name, mutable: true, fields: Vec::new() });
+            let mutable = def.mutable;
+            let (sid, ty) = types.declare_struct(StructDef { name, mutable, fields: Vec::new() });
             let fields: Vec<(String, TypeId)> =
                 def.fields.iter().map(|(n, ft)| (n.clone(), tangent_type(types, *ft))).collect();
             types.struct_def_mut(sid).fields = fields;
