@@ -25,13 +25,16 @@ pub struct CheckOptions {
     pub rtol: f64,
     /// Seed of the random draws.
     pub seed: u64,
+    /// The highest order checked: 1 (reverse and forward mode, Jacobians) or 2 (also
+    /// forward over reverse: Hessian-vector products and the Hessian's symmetry).
+    pub order: u8,
     /// Corrupts a rule on purpose (for testing the checker itself).
     pub ad: AdOptions,
 }
 
 impl Default for CheckOptions {
     fn default() -> Self {
-        CheckOptions { trials: 5, rtol: 1e-6, seed: 0x6d63_6972, ad: AdOptions::default() }
+        CheckOptions { trials: 5, rtol: 1e-6, seed: 0x6d63_6972, order: 2, ad: AdOptions::default() }
     }
 }
 
@@ -91,6 +94,55 @@ pub enum Failure {
         forward: f64,
         /// `<v, VJP(w)>` by reverse mode.
         reverse: f64,
+    },
+    /// A column of the dense Jacobian (contracted with the result's random cotangent)
+    /// disagrees with finite differences along one input component.
+    Jacobian {
+        /// The trial (from 1).
+        trial: usize,
+        /// How the Jacobian was computed.
+        sweep: crate::Sweep,
+        /// The argument's position.
+        arg: usize,
+        /// The argument's name and the component.
+        component: String,
+        /// `<ybar, J e_j>` from the Jacobian.
+        jacobian: f64,
+        /// The same by finite differences.
+        finite_difference: f64,
+    },
+    /// Forward over reverse (the derivative of the VJP along a random direction `v`,
+    /// contracted with a random `u`) disagrees with finite differences of the VJP.
+    SecondOrder {
+        /// The trial (from 1).
+        trial: usize,
+        /// `<u, H v>` by forward over reverse.
+        forward_over_reverse: f64,
+        /// `<u, (VJP(x + h v) - VJP(x - h v)) / 2h>`.
+        finite_difference: f64,
+    },
+    /// One component of `H v` disagrees with finite differences of the VJP (found when
+    /// the contraction disagrees).
+    SecondOrderComponent {
+        /// The trial (from 1).
+        trial: usize,
+        /// The argument's position.
+        arg: usize,
+        /// The argument's name and the component.
+        component: String,
+        /// The component of `H v` by forward over reverse.
+        forward_over_reverse: f64,
+        /// The same by finite differences of the VJP.
+        finite_difference: f64,
+    },
+    /// The Hessian is not symmetric: `<w, H v> != <v, H w>` for random `v`, `w`.
+    Symmetry {
+        /// The trial (from 1).
+        trial: usize,
+        /// `<w, H v>`.
+        along_v: f64,
+        /// `<v, H w>`.
+        along_w: f64,
     },
     /// After forward and reverse pass an argument is not in its entry state.
     NotRestored {
@@ -174,36 +226,70 @@ impl CheckReport {
         const SHOWN: usize = 12;
         for f in self.failures.iter().take(SHOWN) {
             let _ = match f {
-                Failure::Component { trial, arg, component, reverse, finite_difference } => writeln!(
-                    s,
-                    "  FAIL trial {trial}: argument {arg}, component `{component}`: reverse mode gives {}, finite differences give {}",
-                    show(*reverse),
-                    show(*finite_difference)
-                ),
-                Failure::DotProduct { trial, reverse, finite_difference } => writeln!(
-                    s,
-                    "  FAIL trial {trial}: dot-product identity: <v, VJP(w)> = {} but <JVP(v), w> = {} by finite differences",
-                    show(*reverse),
-                    show(*finite_difference)
-                ),
-                Failure::Forward { trial, forward, finite_difference } => writeln!(
-                    s,
-                    "  FAIL trial {trial}: forward mode: <JVP(v), w> = {} but finite differences give {}",
-                    show(*forward),
-                    show(*finite_difference)
-                ),
-                Failure::ForwardArgument { trial, arg, name, forward, finite_difference } => writeln!(
-                    s,
-                    "  FAIL trial {trial}: forward mode along argument {arg} (`{name}`) gives {}, finite differences give {}",
-                    show(*forward),
-                    show(*finite_difference)
-                ),
-                Failure::Adjoint { trial, forward, reverse } => writeln!(
-                    s,
-                    "  FAIL trial {trial}: forward and reverse mode disagree: <JVP(v), w> = {} but <v, VJP(w)> = {}",
-                    show(*forward),
-                    show(*reverse)
-                ),
+                Failure::Component { trial, arg, component, reverse, finite_difference } => {
+                    let (a, b, e) = compared(*reverse, *finite_difference);
+                    writeln!(
+                        s,
+                        "  FAIL trial {trial}: argument {arg}, component `{component}`: reverse mode gives {a}, finite differences give {b} ({e})"
+                    )
+                }
+                Failure::DotProduct { trial, reverse, finite_difference } => {
+                    let (a, b, e) = compared(*reverse, *finite_difference);
+                    writeln!(
+                        s,
+                        "  FAIL trial {trial}: dot-product identity: <v, VJP(w)> = {a} but <JVP(v), w> = {b} by finite differences ({e})"
+                    )
+                }
+                Failure::Forward { trial, forward, finite_difference } => {
+                    let (a, b, e) = compared(*forward, *finite_difference);
+                    writeln!(
+                        s,
+                        "  FAIL trial {trial}: forward mode: <JVP(v), w> = {a} but finite differences give {b} ({e})"
+                    )
+                }
+                Failure::ForwardArgument { trial, arg, name, forward, finite_difference } => {
+                    let (a, b, e) = compared(*forward, *finite_difference);
+                    writeln!(
+                        s,
+                        "  FAIL trial {trial}: forward mode along argument {arg} (`{name}`) gives {a}, finite differences give {b} ({e})"
+                    )
+                }
+                Failure::Adjoint { trial, forward, reverse } => {
+                    let (a, b, e) = compared(*forward, *reverse);
+                    writeln!(
+                        s,
+                        "  FAIL trial {trial}: forward and reverse mode disagree: <JVP(v), w> = {a} but <v, VJP(w)> = {b} ({e})"
+                    )
+                }
+                Failure::Jacobian { trial, sweep, arg, component, jacobian, finite_difference } => {
+                    let (a, b, e) = compared(*jacobian, *finite_difference);
+                    writeln!(
+                        s,
+                        "  FAIL trial {trial}: the Jacobian by {} sweeps, argument {arg}, component `{component}`: its column gives {a}, finite differences give {b} ({e})",
+                        sweep.word()
+                    )
+                }
+                Failure::SecondOrder { trial, forward_over_reverse, finite_difference } => {
+                    let (a, b, e) = compared(*forward_over_reverse, *finite_difference);
+                    writeln!(
+                        s,
+                        "  FAIL trial {trial}: second order: <u, H v> = {a} by forward over reverse but {b} by finite differences of the VJP ({e})"
+                    )
+                }
+                Failure::SecondOrderComponent { trial, arg, component, forward_over_reverse, finite_difference } => {
+                    let (a, b, e) = compared(*forward_over_reverse, *finite_difference);
+                    writeln!(
+                        s,
+                        "  FAIL trial {trial}: second order, argument {arg}, component `{component}` of H v: forward over reverse gives {a}, finite differences of the VJP give {b} ({e})"
+                    )
+                }
+                Failure::Symmetry { trial, along_v, along_w } => {
+                    let (a, b, e) = compared(*along_v, *along_w);
+                    writeln!(
+                        s,
+                        "  FAIL trial {trial}: the Hessian is not symmetric: <w, H v> = {a} but <v, H w> = {b} ({e})"
+                    )
+                }
                 Failure::NotRestored { trial, arg, name } => writeln!(
                     s,
                     "  FAIL trial {trial}: argument {arg} (`{name}`) is not restored to its entry state by the reverse pass"
@@ -259,6 +345,36 @@ impl CheckReport {
                 Failure::Adjoint { trial, forward, reverse } => serde_json::json!({
                     "check": "adjoint", "trial": trial, "forward": num(*forward), "reverse": num(*reverse)
                 }),
+                Failure::Jacobian { trial, sweep, arg, component, jacobian, finite_difference } => {
+                    serde_json::json!({
+                        "check": "jacobian", "trial": trial, "sweep": sweep.word(), "argument": arg,
+                        "component": component, "jacobian": num(*jacobian),
+                        "finite_difference": num(*finite_difference)
+                    })
+                }
+                Failure::SecondOrder { trial, forward_over_reverse, finite_difference } => {
+                    serde_json::json!({
+                        "check": "second_order", "trial": trial,
+                        "forward_over_reverse": num(*forward_over_reverse),
+                        "finite_difference": num(*finite_difference)
+                    })
+                }
+                Failure::SecondOrderComponent {
+                    trial,
+                    arg,
+                    component,
+                    forward_over_reverse,
+                    finite_difference,
+                } => {
+                    serde_json::json!({
+                        "check": "second_order_component", "trial": trial, "argument": arg,
+                        "component": component, "forward_over_reverse": num(*forward_over_reverse),
+                        "finite_difference": num(*finite_difference)
+                    })
+                }
+                Failure::Symmetry { trial, along_v, along_w } => serde_json::json!({
+                    "check": "symmetry", "trial": trial, "along_v": num(*along_v), "along_w": num(*along_w)
+                }),
                 Failure::NotRestored { trial, arg, name } => {
                     serde_json::json!({"check": "restored", "trial": trial, "argument": arg, "name": name})
                 }
@@ -298,6 +414,37 @@ pub(crate) fn show(x: f64) -> String {
     } else {
         format!("{x:.5e}")
     }
+}
+
+/// `x` to `digits` significant digits, fixed-point where that reads well.
+fn significant(x: f64, digits: usize) -> String {
+    if !x.is_finite() {
+        return format!("{x}");
+    }
+    if x == 0.0 || (1e-3..1e6).contains(&x.abs()) {
+        let magnitude = if x == 0.0 { 0 } else { x.abs().log10().floor() as i64 };
+        let decimals = (digits as i64 - 1 - magnitude).max(0) as usize;
+        let t = format!("{x:.decimals$}");
+        let t = if t.contains('.') { t.trim_end_matches('0').trim_end_matches('.') } else { &t };
+        t.to_string()
+    } else {
+        format!("{x:.prec$e}", prec = digits.saturating_sub(1))
+    }
+}
+
+/// Two numbers that disagree, each with enough digits (six at least) that the printed
+/// forms differ too, and their relative error.
+pub(crate) fn compared(a: f64, b: f64) -> (String, String, String) {
+    let mut shown = (show(a), show(b));
+    for digits in 7..=17 {
+        if shown.0 != shown.1 {
+            break;
+        }
+        shown = (significant(a, digits), significant(b, digits));
+    }
+    let scale = a.abs().max(b.abs());
+    let error = if scale == 0.0 { 0.0 } else { (a - b).abs() / scale };
+    (shown.0, shown.1, format!("relative error {error:.1e}"))
 }
 
 fn num(x: f64) -> serde_json::Value {
@@ -426,7 +573,8 @@ fn fields_of(v: &Val) -> Vec<Val> {
     }
 }
 
-pub(crate) fn values_of(types: &TypeTable, t: TypeId, v: &Val) -> Vec<f64> {
+/// The differentiable scalars of a value of type `t`, in the order of its tangents.
+pub fn values_of(types: &TypeTable, t: TypeId, v: &Val) -> Vec<f64> {
     let mut out = Vec::new();
     flatten(types, t, v, "", &mut out);
     out.into_iter().map(|p| p.1).collect()
@@ -464,7 +612,7 @@ fn rebuild(types: &TypeTable, t: TypeId, v: &Val, vals: &mut dyn Iterator<Item =
 }
 
 /// The scalars of a tangent value of the tangent type of `t`, in the order of [`flatten`].
-pub(crate) fn flatten_tangent(types: &TypeTable, t: TypeId, v: &Val, out: &mut Vec<f64>) {
+pub fn flatten_tangent(types: &TypeTable, t: TypeId, v: &Val, out: &mut Vec<f64>) {
     if !has_tangent(types, t) {
         return;
     }
@@ -494,12 +642,7 @@ pub(crate) fn flatten_tangent(types: &TypeTable, t: TypeId, v: &Val, out: &mut V
 }
 
 /// A tangent value shaped like `like` (of type `t`) whose scalars come from `vals`.
-pub(crate) fn tangent_from(
-    types: &TypeTable,
-    t: TypeId,
-    like: &Val,
-    vals: &mut dyn Iterator<Item = f64>,
-) -> Val {
+pub fn tangent_from(types: &TypeTable, t: TypeId, like: &Val, vals: &mut dyn Iterator<Item = f64>) -> Val {
     if !has_tangent(types, t) {
         return Val::Unit;
     }
@@ -570,6 +713,10 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
 type Evaluation = (Vec<f64>, Vec<f64>, Option<Val>, Vec<Val>);
 
 const STEPS: [f64; 7] = [1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8];
+
+/// The most result scalars for which the checker also checks the dense Jacobian (a
+/// reverse sweep per row).
+const MAX_JACOBIAN_ROWS: usize = 64;
 
 fn close(a: f64, b: f64, rtol: f64, scale: f64) -> bool {
     (a - b).abs() <= rtol * a.abs().max(b.abs()) + 1e-9 * scale.max(1e-300)
@@ -699,7 +846,7 @@ pub(crate) fn check_with(
             .collect();
         let x_for_vjp = deep_copy_all(&x);
         let before = deep_copy_all(&x_for_vjp);
-        let vjp = match d.vjp(func, &x_for_vjp, seed, &seed_args, limits) {
+        let vjp = match d.vjp(func, &x_for_vjp, seed.clone(), &seed_args, limits) {
             Ok(v) => v,
             Err(e) => {
                 report.failures.push(Failure::Error {
@@ -725,15 +872,11 @@ pub(crate) fn check_with(
             });
             continue;
         }
-        // Finite differences along a direction: <ybar, dy> + <wbar, dpost>, at the first
-        // step size that agrees with `want` (or the last that could be evaluated).
+        // Central differences along a direction, at each step size that could be
+        // evaluated: of the result and of the arguments' state after the call.
         let base: Vec<f64> = comps.iter().map(|c| c.2).collect();
-        // Rounding in the primal limits what a difference quotient can resolve: about
-        // eps * |values| / h, weighted by the cotangents.
-        let magnitude: f64 = ybar.iter().zip(&y0).map(|(a, b)| (a * b).abs()).sum::<f64>()
-            + wbar.iter().zip(&post0).map(|(a, b)| (a * b).abs()).sum::<f64>();
-        let directional = |dir: &[f64], want: f64| -> Option<(f64, bool)> {
-            let mut best: Option<(f64, f64)> = None;
+        let differences = |dir: &[f64]| -> Vec<(f64, Vec<f64>, Vec<f64>)> {
+            let mut out = Vec::new();
             for h in STEPS {
                 let shifted = |sign: f64| -> Vec<Val> {
                     let mut vals = base.iter().zip(dir).map(|(b, d)| b + sign * h * d);
@@ -749,12 +892,24 @@ pub(crate) fn check_with(
                 }
                 let dy: Vec<f64> = p.0.iter().zip(&m.0).map(|(a, b)| (a - b) / (2.0 * h)).collect();
                 let dp: Vec<f64> = p.1.iter().zip(&m.1).map(|(a, b)| (a - b) / (2.0 * h)).collect();
-                let fd = dot(&ybar, &dy) + dot(&wbar, &dp);
+                out.push((h, dy, dp));
+            }
+            out
+        };
+        // Whether `want` agrees with <yw, dy> + <ww, dpost> at some step size (the first
+        // that agrees, else the closest). Rounding in the primal limits what a
+        // difference quotient can resolve: about eps * |values| / h, weighted alike.
+        let agrees = |diffs: &[(f64, Vec<f64>, Vec<f64>)], yw: &[f64], ww: &[f64], want: f64| {
+            let magnitude: f64 = yw.iter().zip(&y0).map(|(a, b)| (a * b).abs()).sum::<f64>()
+                + ww.iter().zip(&post0).map(|(a, b)| (a * b).abs()).sum::<f64>();
+            let mut best: Option<(f64, f64)> = None;
+            for (h, dy, dp) in diffs {
+                let fd = dot(yw, dy) + dot(ww, dp);
                 if !fd.is_finite() {
                     continue;
                 }
-                let scale: f64 = ybar.iter().zip(&dy).map(|(a, b)| (a * b).abs()).sum::<f64>()
-                    + wbar.iter().zip(&dp).map(|(a, b)| (a * b).abs()).sum::<f64>();
+                let scale: f64 = yw.iter().zip(dy).map(|(a, b)| (a * b).abs()).sum::<f64>()
+                    + ww.iter().zip(dp).map(|(a, b)| (a * b).abs()).sum::<f64>();
                 let noise = 8.0 * f64::EPSILON * magnitude / h;
                 if close(fd, want, options.rtol, scale) || (fd - want).abs() <= noise {
                     return Some((fd, true));
@@ -766,6 +921,33 @@ pub(crate) fn check_with(
             }
             best.map(|(fd, _)| (fd, false))
         };
+        let directional = |dir: &[f64], want: f64| agrees(&differences(dir), &ybar, &wbar, want);
+        // The dense Jacobian of the result, by forward sweeps (vector mode) and by
+        // reverse sweeps: its columns contracted with ybar are checked with the components.
+        let mut jacobians: Vec<(crate::Sweep, Vec<Vec<f64>>)> = Vec::new();
+        if !y0.is_empty() && y0.len() <= MAX_JACOBIAN_ROWS {
+            for sweep in [crate::Sweep::Forward, crate::Sweep::Reverse] {
+                match program.jacobian_with(func, &x, Some(sweep), crate::dense::JACOBIAN_WIDTH, limits) {
+                    Ok(j) if j.rows.len() == y0.len() && j.rows.iter().all(|r| r.len() == comps.len()) => {
+                        jacobians.push((sweep, j.rows))
+                    }
+                    Ok(j) => report.failures.push(Failure::Error {
+                        trial,
+                        message: format!(
+                            "the Jacobian by {} sweeps has {} rows, the result {} scalars",
+                            sweep.word(),
+                            j.rows.len(),
+                            y0.len()
+                        ),
+                    }),
+                    Err(e) => report.failures.push(Failure::Error {
+                        trial,
+                        message: format!("the Jacobian by {} sweeps fails: {e}", sweep.word()),
+                    }),
+                }
+            }
+        }
+        let no_weights = vec![0.0; post0.len()];
         // Each component on its own (at most 64, chosen at random beyond that).
         let mut picks: Vec<usize> = (0..comps.len()).collect();
         while picks.len() > 64 {
@@ -775,9 +957,10 @@ pub(crate) fn check_with(
         for j in picks {
             let mut e = vec![0.0; comps.len()];
             e[j] = 1.0;
+            let diffs = differences(&e);
+            let (arg, label, _) = &comps[j];
             report.compared += 1;
-            if let Some((fd, false)) = directional(&e, grad[j]) {
-                let (arg, label, _) = &comps[j];
+            if let Some((fd, false)) = agrees(&diffs, &ybar, &wbar, grad[j]) {
                 report.failures.push(Failure::Component {
                     trial,
                     arg: *arg,
@@ -785,6 +968,19 @@ pub(crate) fn check_with(
                     reverse: grad[j],
                     finite_difference: fd,
                 });
+            }
+            for (sweep, rows) in &jacobians {
+                let column: f64 = rows.iter().zip(&ybar).map(|(r, w)| r[j] * w).sum();
+                if let Some((fd, false)) = agrees(&diffs, &ybar, &no_weights, column) {
+                    report.failures.push(Failure::Jacobian {
+                        trial,
+                        sweep: *sweep,
+                        arg: *arg,
+                        component: label.clone(),
+                        jacobian: column,
+                        finite_difference: fd,
+                    });
+                }
             }
         }
         // The dot-product identity along a random direction.
@@ -876,12 +1072,213 @@ pub(crate) fn check_with(
                 }
             }
         }
+        // Second order: forward mode over the VJP with these cotangents.
+        if !comps.is_empty() && options.order >= 2 {
+            let cotangents = Cotangents { seed, seed_args: &seed_args };
+            let at = Point { x: &x, comps: &comps, grad: &grad };
+            let mut draw = || {
+                let mut u: Vec<f64> = (0..comps.len()).map(|_| rng.normal()).collect();
+                let norm = dot(&u, &u).sqrt().max(1e-300);
+                u.iter_mut().for_each(|x| *x /= norm);
+                u
+            };
+            let directions = [draw(), draw(), draw()];
+            let second = SecondOrder { program, func, trial, options, limits, fd_limits: &fd_limits };
+            second.check(&at, &cotangents, &directions, &render, &mut report);
+            // For an `f64` result, also the Hessian of the result alone (what `mcc hvp`
+            // and `mcc hessian` compute: a cotangent of 1, none on the arguments).
+            if f.ret == Some(TypeTable::F64) {
+                let none = vec![None; f.params.len()];
+                let plain = Cotangents { seed: Some(Val::F64(1.0)), seed_args: &none };
+                match second.vjp_at(&x, &plain, limits) {
+                    Some(gradient) if gradient.len() == comps.len() => {
+                        let at = Point { x: &x, comps: &comps, grad: &gradient };
+                        second.check(&at, &plain, &directions, &render, &mut report);
+                    }
+                    _ => report.failures.push(Failure::Error {
+                        trial,
+                        message: "the gradient of the result alone could not be computed".into(),
+                    }),
+                }
+            }
+        }
         // One shadow per address after the forward pass.
         if let Err(detail) = check_aliasing(d, func, &x, limits) {
             report.failures.push(Failure::Aliasing { trial, detail });
         }
     }
     report
+}
+
+/// The cotangents of one trial: of the result, and of the arguments' state after the call.
+struct Cotangents<'a> {
+    seed: Option<Val>,
+    seed_args: &'a [Option<Val>],
+}
+
+/// Where a trial evaluates: the arguments, their differentiable scalars (argument,
+/// label, value) and the VJP there, flattened alike.
+struct Point<'a> {
+    x: &'a [Val],
+    comps: &'a [(usize, String, f64)],
+    grad: &'a [f64],
+}
+
+/// The second-order checks of one trial.
+struct SecondOrder<'a> {
+    program: &'a Program,
+    func: FuncId,
+    trial: usize,
+    options: &'a CheckOptions,
+    limits: &'a Limits,
+    /// Limits for the evaluations at perturbed arguments (a time budget).
+    fd_limits: &'a Limits,
+}
+
+impl SecondOrder<'_> {
+    /// The arguments of `at` moved by `step` along `dir` (over the differentiable scalars).
+    fn shifted(&self, at: &Point, dir: &[f64], step: f64) -> Vec<Val> {
+        let f = &self.program.module.funcs[self.func];
+        let types = &self.program.module.types;
+        let mut vals = at.comps.iter().zip(dir).map(|((_, _, b), d)| b + step * d);
+        at.x.iter().zip(&f.params).map(|(v, &t)| rebuild(types, t, v, &mut vals)).collect()
+    }
+
+    /// The VJP for `cot` at `x`, flattened, on the program's engine.
+    fn vjp_at(&self, x: &[Val], cot: &Cotangents, limits: &Limits) -> Option<Vec<f64>> {
+        let f = &self.program.module.funcs[self.func];
+        let types = &self.program.module.types;
+        let out =
+            self.program.vjp(self.func, &deep_copy_all(x), cot.seed.clone(), cot.seed_args, limits).ok()?;
+        let mut g = Vec::new();
+        for (gv, &t) in out.gradient.iter().zip(&f.params) {
+            flatten_tangent(types, t, gv, &mut g);
+        }
+        Some(g)
+    }
+
+    /// The derivative of the VJP along `dir` (forward over reverse), flattened.
+    fn vjp_tangent(&self, at: &Point, cot: &Cotangents, dir: &[f64]) -> Result<Vec<f64>, GradError> {
+        let f = &self.program.module.funcs[self.func];
+        let types = &self.program.module.types;
+        let mut it = dir.iter().copied();
+        let direction: Vec<Val> =
+            at.x.iter().zip(&f.params).map(|(xv, &t)| tangent_from(types, t, xv, &mut it)).collect();
+        let out = self.program.vjp_tangent_with(
+            self.func,
+            &deep_copy_all(at.x),
+            cot.seed.clone(),
+            cot.seed_args,
+            &direction,
+            &[],
+            self.limits,
+        )?;
+        let mut tangent = Vec::new();
+        for (tv, &t) in out.tangent.iter().zip(&f.params) {
+            flatten_tangent(types, t, tv, &mut tangent);
+        }
+        Ok(tangent)
+    }
+
+    /// With `φ(x) = <seed, f(x)> + <seed_args, x after the call>`, whose gradient is the
+    /// VJP: its Hessian along `directions[0]` by forward over reverse against central
+    /// differences of the VJP (contracted with `directions[1]`, and component by
+    /// component when that disagrees), and the Hessian's symmetry,
+    /// `<d1, H d0> = <d0, H d1>`.
+    fn check(
+        &self,
+        at: &Point,
+        cot: &Cotangents,
+        directions: &[Vec<f64>; 3],
+        render: &dyn Fn(&mcir_interp::RuntimeError) -> String,
+        report: &mut CheckReport,
+    ) {
+        let trial = self.trial;
+        let rtol = self.options.rtol;
+        let fail = |e: GradError| {
+            let message = match e {
+                GradError::Runtime(e) => format!("forward over reverse fails: {}", render(&e)),
+                other => format!("forward over reverse fails: {other}"),
+            };
+            Failure::Error { trial, message }
+        };
+        let [v, u, w] = directions;
+        let hv = match self.vjp_tangent(at, cot, v) {
+            Ok(t) => t,
+            Err(e) => return report.failures.push(fail(e)),
+        };
+        if hv.len() != at.grad.len() {
+            let message =
+                format!("forward over reverse gives {} components, the gradient {}", hv.len(), at.grad.len());
+            return report.failures.push(Failure::Error { trial, message });
+        }
+        // Central differences of the VJP along v at each step size.
+        let mut differences: Vec<(f64, Vec<f64>)> = Vec::new();
+        for h in STEPS {
+            let plus = self.vjp_at(&self.shifted(at, v, h), cot, self.fd_limits);
+            let minus = self.vjp_at(&self.shifted(at, v, -h), cot, self.fd_limits);
+            let (Some(p), Some(m)) = (plus, minus) else { continue };
+            if p.len() != hv.len() || m.len() != hv.len() {
+                continue;
+            }
+            let dg: Vec<f64> = p.iter().zip(&m).map(|(a, b)| (a - b) / (2.0 * h)).collect();
+            if dg.iter().all(|x| x.is_finite()) {
+                differences.push((h, dg));
+            }
+        }
+        // Agreement at some step size, allowing for what rounding in the VJP lets a
+        // difference quotient resolve (about eps |VJP| / h).
+        let sweep = |weights: &dyn Fn(usize) -> f64, want: f64| -> Option<(f64, bool)> {
+            let magnitude: f64 = at.grad.iter().enumerate().map(|(i, g)| (weights(i) * g).abs()).sum();
+            let mut best: Option<(f64, f64)> = None;
+            for (h, dg) in &differences {
+                let fd: f64 = dg.iter().enumerate().map(|(i, d)| weights(i) * d).sum();
+                let scale: f64 = dg.iter().enumerate().map(|(i, d)| (weights(i) * d).abs()).sum();
+                let noise = 8.0 * f64::EPSILON * magnitude / h;
+                if close(fd, want, rtol, scale) || (fd - want).abs() <= noise {
+                    return Some((fd, true));
+                }
+                let miss = (fd - want).abs();
+                if best.is_none_or(|(_, m)| miss < m) {
+                    best = Some((fd, miss));
+                }
+            }
+            best.map(|(fd, _)| (fd, false))
+        };
+        report.compared += 1;
+        let want = dot(u, &hv);
+        if let Some((fd, false)) = sweep(&|i| u[i], want) {
+            report.failures.push(Failure::SecondOrder {
+                trial,
+                forward_over_reverse: want,
+                finite_difference: fd,
+            });
+            for (j, (arg, label, _)) in at.comps.iter().enumerate() {
+                if let Some((fd, false)) = sweep(&|i| if i == j { 1.0 } else { 0.0 }, hv[j]) {
+                    report.failures.push(Failure::SecondOrderComponent {
+                        trial,
+                        arg: *arg,
+                        component: label.clone(),
+                        forward_over_reverse: hv[j],
+                        finite_difference: fd,
+                    });
+                }
+            }
+        }
+        // Symmetry: <w, H v> = <v, H w>.
+        match self.vjp_tangent(at, cot, w) {
+            Ok(hw) if hw.len() == hv.len() => {
+                let (a, b) = (dot(w, &hv), dot(v, &hw));
+                let scale = w.iter().zip(&hv).map(|(p, q)| (p * q).abs()).sum::<f64>()
+                    + v.iter().zip(&hw).map(|(p, q)| (p * q).abs()).sum::<f64>();
+                if !close(a, b, rtol, scale) {
+                    report.failures.push(Failure::Symmetry { trial, along_v: a, along_w: b });
+                }
+            }
+            Ok(_) => {}
+            Err(e) => report.failures.push(fail(e)),
+        }
+    }
 }
 
 /// Runs the forward pass alone and checks that primal addresses and shadow addresses

@@ -28,6 +28,16 @@ pub enum Sweep {
     Reverse,
 }
 
+impl Sweep {
+    /// `forward` or `reverse`.
+    pub fn word(self) -> &'static str {
+        match self {
+            Sweep::Forward => "forward",
+            Sweep::Reverse => "reverse",
+        }
+    }
+}
+
 /// A dense Jacobian.
 #[derive(Clone, Debug)]
 pub struct Jacobian {

@@ -323,27 +323,49 @@ pub struct Hvp {
     pub hvp: Vec<Val>,
 }
 
-/// The HVP runners of a program, by function and constant arguments.
-pub(crate) type HvpCache = Mutex<HashMap<(FuncId, Vec<bool>), Arc<DriverRunner>>>;
+/// Forward over reverse with any cotangents: the VJP at the arguments for fixed
+/// cotangents of the result and of the arguments' state after the call, and its
+/// derivative along a direction. For `φ(x) = <seed, f(x)> + <seed_args, x after the
+/// call>` these are `φ(x)`'s gradient and its Hessian times the direction.
+#[derive(Clone, Debug)]
+pub struct VjpTangent {
+    /// The returned value (`None` for `()`).
+    pub value: Option<Val>,
+    /// The VJP: one cotangent per argument, for its state upon entry.
+    pub gradient: Vec<Val>,
+    /// The derivative of the VJP along the direction, encoded like it.
+    pub tangent: Vec<Val>,
+}
+
+/// The second-order runners of a program, by function, seeded arguments and constant
+/// arguments.
+pub(crate) type HvpCache = Mutex<HashMap<(FuncId, Vec<bool>, Vec<bool>), Arc<DriverRunner>>>;
 
 impl Program {
-    /// Forward mode over the VJP driver; with constant arguments, over the driver of the
-    /// rule specialised to them, whose tangent function takes no tangent for them either.
-    fn hvp_runner(&self, func: FuncId, constant: Vec<bool>) -> Result<Arc<DriverRunner>, AdError> {
-        let key = (func, constant);
+    /// Forward mode over the VJP driver for the seed pattern `seeded` (which arguments
+    /// take a cotangent for their state after the call); with constant arguments, over
+    /// the driver of the rule specialised to them. The cotangents are held fixed: the
+    /// tangent function takes no tangent for them.
+    fn hvp_runner(
+        &self,
+        func: FuncId,
+        seeded: Vec<bool>,
+        constant: Vec<bool>,
+    ) -> Result<Arc<DriverRunner>, AdError> {
+        let key = (func, seeded, constant);
         if let Some(r) = self.hvp_cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
             return Ok(r);
         }
-        let constant = &key.1;
-        let any = constant.contains(&true);
-        let entry = any.then(|| (func, constant.clone()));
+        let (seeded, constant) = (&key.1, &key.2);
+        let entry = constant.contains(&true).then(|| (func, constant.clone()));
         let mut derived = mcir_ad::derive_with(&self.module, &crate::AdOptions::default(), entry)?;
-        let pattern = vec![false; self.module.funcs[func].params.len()];
-        let seeds = mcir_ad::SeedPattern { args: pattern };
+        let seeds = mcir_ad::SeedPattern { args: seeded.clone() };
         let vjp = mcir_ad::vjp_driver_with(&mut derived, func, &seeds, constant)?;
-        // The driver's parameters: the arguments, then the result's seed (active).
-        let driver_entry = any.then(|| (vjp, [constant.clone(), vec![false]].concat()));
-        let mut tangents = mcir_ad::pushforward::tangents_with(&derived.module, &[vjp], 1, driver_entry)?;
+        // The driver's parameters: the arguments, then the cotangents, held fixed.
+        let held = derived.module.funcs[vjp].params.len() - constant.len();
+        let driver_constant = [constant.clone(), vec![true; held]].concat();
+        let mut tangents =
+            mcir_ad::pushforward::tangents_with(&derived.module, &[vjp], 1, Some((vjp, driver_constant)))?;
         let driver = mcir_ad::pushforward::jvp_driver(&mut tangents, vjp)?;
         let runner = Arc::new(DriverRunner::new(tangents.module, driver));
         if let Ok(mut c) = self.hvp_cache.lock() {
@@ -382,32 +404,92 @@ impl Program {
                 message: format!("a Hessian needs a function returning f64; `{}` does not", f.name),
             }));
         }
+        let out = self.vjp_tangent_with(func, args, Some(Val::F64(1.0)), &[], direction, kinds, limits)?;
+        let value = match out.value {
+            Some(Val::F64(v)) => v,
+            _ => {
+                return Err(GradError::Runtime(crate::grad::internal_error(
+                    "the HVP driver returned no value",
+                )))
+            }
+        };
+        Ok(Hvp { value, gradient: out.gradient, hvp: out.tangent })
+    }
+
+    /// The VJP of `func` at `args` for the cotangents `seed` (of the result; `None` =
+    /// zero) and `seed_args` (of the arguments' state after the call), and its derivative
+    /// along `direction` with the cotangents held fixed (see [`VjpTangent`]). Argument
+    /// kinds as for [`Program::hvp_with`]; constant and cache arguments take no seed.
+    #[allow(clippy::too_many_arguments)]
+    pub fn vjp_tangent_with(
+        &self,
+        func: FuncId,
+        args: &[Val],
+        seed: Option<Val>,
+        seed_args: &[Option<Val>],
+        direction: &[Val],
+        kinds: &[ArgKind],
+        limits: &Limits,
+    ) -> Result<VjpTangent, GradError> {
+        let f = &self.module.funcs[func];
+        let types = &self.module.types;
+        let active = |i: usize| kind_of(kinds, i) == ArgKind::Active;
+        if let Some(i) = (0..seed_args.len()).find(|&i| seed_args[i].is_some() && !active(i)) {
+            return Err(GradError::Args(ArgError {
+                message: format!("argument {i} is not active, so it takes no seed"),
+            }));
+        }
+        if seed_args.len() > f.params.len() {
+            return Err(GradError::Args(ArgError {
+                message: format!(
+                    "`{}` takes {} arguments; {} seeds were given",
+                    f.name,
+                    f.params.len(),
+                    seed_args.len()
+                ),
+            }));
+        }
         let direction = tangents_to_pass(&self.module, func, args, direction, kinds)?;
         let constant: Vec<bool> = (0..f.params.len()).map(|i| kind_of(kinds, i) == ArgKind::Const).collect();
-        let runner = self.hvp_runner(func, constant).map_err(GradError::Derive)?;
-        // (x.., seed = 1, tx.., tseed = 0)
+        let seeded: Vec<bool> = (0..f.params.len())
+            .map(|i| {
+                matches!(seed_args.get(i), Some(Some(_))) && mcir_ad::tangent::has_tangent(types, f.params[i])
+            })
+            .collect();
+        let runner = self.hvp_runner(func, seeded.clone(), constant).map_err(GradError::Derive)?;
+        // (x.., seed, seed_args.., dx.., and zero tangents for the cotangents, which the
+        // tangent function does not read)
         let mut call_args: Vec<Val> = args.to_vec();
-        call_args.push(Val::F64(1.0));
+        let mut held: Vec<Val> = Vec::new();
+        if let Some(r) = f.ret.filter(|&r| mcir_ad::tangent::has_tangent(types, r)) {
+            held.push(match seed {
+                Some(s) => s,
+                None => crate::grad::zero_like(types, r, None, "seed").map_err(GradError::Args)?,
+            });
+        }
+        for (i, s) in seed_args.iter().enumerate() {
+            if let (Some(s), true) = (s, seeded[i]) {
+                held.push(s.clone());
+            }
+        }
+        let zeros: Vec<Val> = held.iter().map(zero_numbers).collect();
+        call_args.extend(held);
         call_args.extend(direction);
-        call_args.push(Val::F64(0.0));
+        call_args.extend(zeros);
         let items = runner.run(self.engine, call_args, limits)?;
-        let shape_error = || {
-            GradError::Runtime(crate::grad::internal_error("the HVP driver returned no value and gradient"))
-        };
-        // items: (value, gradients..), its tangent (tvalue, hvp..), the arguments' tangents.
+        let shape_error =
+            || GradError::Runtime(crate::grad::internal_error("the second-order driver returned no VJP"));
+        // items: (value, gradients..), its tangent (tvalue, tangents..), the arguments' tangents.
         let (Some(Val::Agg(primal)), Some(Val::Agg(tangent))) = (items.first(), items.get(1)) else {
             return Err(shape_error());
         };
-        let value = match primal.first() {
-            Some(Val::F64(v)) => *v,
-            _ => return Err(shape_error()),
-        };
-        let active =
+        let value = if f.ret.is_some() { primal.first().cloned() } else { None };
+        let active_only =
             |(i, v): (usize, &Val)| if kind_of(kinds, i) == ArgKind::Active { v.clone() } else { Val::Unit };
-        Ok(Hvp {
+        Ok(VjpTangent {
             value,
-            gradient: primal.iter().skip(1).enumerate().map(active).collect(),
-            hvp: tangent.iter().skip(1).enumerate().map(active).collect(),
+            gradient: primal.iter().skip(1).enumerate().map(active_only).collect(),
+            tangent: tangent.iter().skip(1).enumerate().map(active_only).collect(),
         })
     }
 
@@ -433,14 +515,35 @@ impl Program {
         kinds: &[ArgKind],
         limits: &Limits,
     ) -> Result<String, GradError> {
+        self.hvp_json_seeded(func, args_json, tangent_json, (None, None), kinds, limits)
+    }
+
+    /// `mcc hvp` with `--seed` and `--seed-args` (JSON, as for `mcc grad`): the HVP of
+    /// `φ(x) = <seed, f(x)> + <seed_args, x after the call>`, so for any result type;
+    /// the seed is `1.0` by default for an `f64` result. Prints
+    /// `{"value": V, "gradient": [G1, ...], "hvp": [H1, ...]}`, the gradient being `φ`'s
+    /// (the VJP).
+    pub fn hvp_json_seeded(
+        &self,
+        func: FuncId,
+        args_json: &str,
+        tangent_json: &str,
+        (seed, seed_args): (Option<&str>, Option<&str>),
+        kinds: &[ArgKind],
+        limits: &Limits,
+    ) -> Result<String, GradError> {
         let module = &self.module;
         let args = crate::json::decode_args(module, func, args_json).map_err(GradError::Args)?;
         let direction = decode_tangents(module, func, &args, tangent_json, kinds)?;
-        let out = self.hvp_with(func, &args, &direction, kinds, limits)?;
+        let (seed, seeds) = self.decode_seeds(func, &args, seed, seed_args, kinds, limits)?;
+        let out = self.vjp_tangent_with(func, &args, seed, &seeds, &direction, kinds, limits)?;
         let f = &module.funcs[func];
         let mut s = String::from("{\"value\": ");
-        mcir_interp::json::write_f64(&mut s, out.value);
-        for (key, list) in [("gradient", &out.gradient), ("hvp", &out.hvp)] {
+        match (&out.value, f.ret) {
+            (Some(v), Some(t)) => mcir_interp::json::write_value(&mut s, &module.types, t, v),
+            _ => s.push_str("null"),
+        }
+        for (key, list) in [("gradient", &out.gradient), ("hvp", &out.tangent)] {
             s.push_str(&format!(", \"{key}\": ["));
             for (i, (&t, v)) in f.params.iter().zip(list).enumerate() {
                 if i > 0 {
@@ -452,6 +555,29 @@ impl Program {
         }
         s.push('}');
         Ok(s)
+    }
+}
+
+/// A value of the same structure and shapes with every number zero and no memory shared
+/// with `v`: the tangent of a cotangent that is held fixed.
+fn zero_numbers(v: &Val) -> Val {
+    use mcir_interp::ArrayData;
+    match v {
+        Val::F64(_) => Val::F64(0.0),
+        Val::Array(a) => {
+            let data = match &*a.data.borrow() {
+                ArrayData::F64(d) => ArrayData::F64(vec![0.0; d.len()]),
+                other => other.clone(),
+            };
+            Val::Array(std::rc::Rc::new(mcir_interp::Array {
+                shape: a.shape.clone(),
+                data: std::cell::RefCell::new(data),
+            }))
+        }
+        Val::Ref(c) => Val::new_ref(zero_numbers(&c.borrow())),
+        Val::Agg(items) => Val::Agg(items.iter().map(zero_numbers).collect()),
+        Val::Mut(fields) => Val::new_mut(fields.borrow().iter().map(zero_numbers).collect()),
+        other => other.clone(),
     }
 }
 

@@ -97,8 +97,26 @@ impl Program {
         limits: &Limits,
     ) -> Result<String, GradError> {
         let module = &self.module;
-        let f = &module.funcs[func];
         let args = crate::json::decode_args(module, func, args_json).map_err(GradError::Args)?;
+        let (seed, seeds) = self.decode_seeds(func, &args, seed, seed_args, kinds, limits)?;
+        let out = self.vjp_with(func, &args, seed, &seeds, kinds, limits)?;
+        Ok(encode_grad_output(module, func, &out))
+    }
+
+    /// Decodes `--seed` (the result's cotangent: 1.0 by default for an `f64` result) and
+    /// `--seed-args` (one cotangent per argument for its state after the call, `null` =
+    /// zero), checked against the shapes a call at `args` produces.
+    pub(crate) fn decode_seeds(
+        &self,
+        func: FuncId,
+        args: &[Val],
+        seed: Option<&str>,
+        seed_args: Option<&str>,
+        kinds: &[crate::ArgKind],
+        limits: &Limits,
+    ) -> Result<(Option<Val>, Vec<Option<Val>>), GradError> {
+        let module = &self.module;
+        let f = &module.funcs[func];
         let parse = |flag: &str, text: &str| -> Result<Json, GradError> {
             serde_json::from_str(text)
                 .map_err(|e| GradError::Args(ArgError { message: format!("{flag} is not valid JSON: {e}") }))
@@ -108,7 +126,7 @@ impl Program {
         // Cotangents are checked against the shapes the call produces.
         let needs_shapes = seed_json.is_some() || seed_args_json.is_some();
         let (value_like, args_after) = if needs_shapes {
-            let copies = deep_copy_all(&args);
+            let copies = deep_copy_all(args);
             let v = self.call(func, &copies, limits).map_err(GradError::Runtime)?;
             (v, copies)
         } else {
@@ -180,8 +198,7 @@ impl Program {
                 }
             }
         }
-        let out = self.vjp_with(func, &args, seed_val, &seeds, kinds, limits)?;
-        Ok(encode_grad_output(module, func, &out))
+        Ok((seed_val, seeds))
     }
 }
 

@@ -27,7 +27,7 @@ pub use check::{CheckOptions, CheckReport, Failure, Suspect};
 pub use dense::{Hessian, Jacobian, Sweep};
 pub use diagnostics::SourceFile;
 pub use error::{ArgError, CompileError, EntryError, GradError, RunError};
-pub use forward::{ArgKind, Hvp, Jvp};
+pub use forward::{ArgKind, Hvp, Jvp, VjpTangent};
 pub use grad::{AdError, AdOptions, Differentiated, Vjp};
 /// Runtime values: arguments and results of calls.
 pub use mcir_interp::Val as Value;

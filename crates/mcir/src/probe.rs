@@ -145,22 +145,26 @@ pub(crate) fn suspect_hand_written_rules(
         let mut named = Vec::new();
         for f in &report.failures {
             let (word, detail) = match f {
-                crate::check::Failure::Component { arg, component, reverse, finite_difference, .. } => (
-                    "reverse",
+                crate::check::Failure::Component { arg, component, reverse, finite_difference, .. } => {
+                    ("reverse", {
+                        let (a, b, e) = crate::check::compared(*reverse, *finite_difference);
+                        format!(
+                            "for argument {arg} (`{component}`) reverse mode gives {a}, finite differences give {b} ({e})"
+                        )
+                    })
+                }
+                crate::check::Failure::ForwardArgument {
+                    arg,
+                    name: arg_name,
+                    forward,
+                    finite_difference,
+                    ..
+                } => ("forward", {
+                    let (a, b, e) = crate::check::compared(*forward, *finite_difference);
                     format!(
-                        "for argument {arg} (`{component}`) reverse mode gives {}, finite differences give {}",
-                        crate::check::show(*reverse),
-                        crate::check::show(*finite_difference)
-                    ),
-                ),
-                crate::check::Failure::ForwardArgument { arg, name: arg_name, forward, finite_difference, .. } => (
-                    "forward",
-                    format!(
-                        "for argument {arg} (`{arg_name}`) forward mode gives {}, finite differences give {}",
-                        crate::check::show(*forward),
-                        crate::check::show(*finite_difference)
-                    ),
-                ),
+                            "for argument {arg} (`{arg_name}`) forward mode gives {a}, finite differences give {b} ({e})"
+                        )
+                }),
                 crate::check::Failure::NotRestored { name: arg, .. } => {
                     ("reverse", format!("argument `{arg}` is not restored to its entry state"))
                 }
@@ -221,11 +225,10 @@ fn check_op(
 /// What a failed check of a single op found, in a few words.
 fn failure_text(f: &crate::check::Failure) -> String {
     match f {
-        crate::check::Failure::Component { component, reverse, finite_difference, .. } => format!(
-            "for operand `{component}` reverse mode gives {}, finite differences give {}",
-            crate::check::show(*reverse),
-            crate::check::show(*finite_difference)
-        ),
+        crate::check::Failure::Component { component, reverse, finite_difference, .. } => {
+            let (a, b, e) = crate::check::compared(*reverse, *finite_difference);
+            format!("for operand `{component}` reverse mode gives {a}, finite differences give {b} ({e})")
+        }
         other => format!("{other:?}"),
     }
 }

@@ -159,9 +159,15 @@ enum Command {
         tangent: String,
         #[command(flatten)]
         kinds: Kinds,
+        /// Compile the function, and its derivatives, for the shapes of --args (see `mcc
+        /// bench --specialise`).
+        #[arg(long)]
+        specialise: bool,
     },
     /// Hessian-vector product of a function returning f64: the value, the gradient, and
-    /// the derivative of the gradient along the tangent (forward over reverse).
+    /// the derivative of the gradient along the tangent (forward over reverse). With
+    /// --seed and --seed-args, of <seed, f(x)> + <seed-args, x after the call>, for any
+    /// result.
     Hvp {
         #[command(flatten)]
         common: Common,
@@ -171,8 +177,18 @@ enum Command {
         /// JSON array with the direction for each argument (null = zero), or @path.json.
         #[arg(long, value_name = "JSON")]
         tangent: String,
+        /// JSON cotangent of the returned value (default 1.0 for an f64 result).
+        #[arg(long, value_name = "JSON")]
+        seed: Option<String>,
+        /// JSON array of cotangents for the arguments' state after the call (null = zero).
+        #[arg(long = "seed-args", value_name = "JSON")]
+        seed_args: Option<String>,
         #[command(flatten)]
         kinds: Kinds,
+        /// Compile the function, and its derivatives, for the shapes of --args (see `mcc
+        /// bench --specialise`).
+        #[arg(long)]
+        specialise: bool,
     },
     /// Dense Jacobian of the returned value with respect to the arguments' differentiable
     /// scalars (forward or reverse sweeps, by shape).
@@ -184,6 +200,10 @@ enum Command {
         args: Option<String>,
         #[command(flatten)]
         kinds: Kinds,
+        /// Compile the function, and its derivatives, for the shapes of --args (see `mcc
+        /// bench --specialise`).
+        #[arg(long)]
+        specialise: bool,
     },
     /// Dense Hessian of a function returning f64, from Hessian-vector products.
     Hessian {
@@ -194,6 +214,10 @@ enum Command {
         args: Option<String>,
         #[command(flatten)]
         kinds: Kinds,
+        /// Compile the function, and its derivatives, for the shapes of --args (see `mcc
+        /// bench --specialise`).
+        #[arg(long)]
+        specialise: bool,
     },
     /// Check the derived rule against finite differences (CLI.md `check`).
     Check {
@@ -211,6 +235,10 @@ enum Command {
         /// Seed of the random draws.
         #[arg(long, default_value_t = 0x6d63_6972)]
         seed: u64,
+        /// The highest order checked: 1 (reverse and forward mode, Jacobians) or 2 (also
+        /// Hessian-vector products and the Hessian's symmetry), for arguments at a kink.
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
+        order: u8,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -334,23 +362,31 @@ fn run_here(args: Vec<OsString>, stdin: &mut dyn Read) -> Outcome {
         Command::Gradbench { .. } => {
             Outcome::usage("mcc gradbench runs as a process, talking on stdin and stdout")
         }
-        Command::Check { common, args, trials, rtol, seed, json, corrupt_rule } => {
-            let options =
-                mcir::CheckOptions { trials, rtol, seed, ad: mcir::AdOptions { corrupt: corrupt_rule } };
+        Command::Check { common, args, trials, rtol, seed, order, json, corrupt_rule } => {
+            let options = mcir::CheckOptions {
+                trials,
+                rtol,
+                seed,
+                order,
+                ad: mcir::AdOptions { corrupt: corrupt_rule },
+            };
             cmd_check(&common, args.as_deref(), &options, json, stdin)
         }
         Command::Bench { common, args, iters, kinds, specialise } => {
             cmd_bench(&common, args.as_deref(), iters, &kinds, specialise, stdin)
         }
-        Command::Jvp { common, args, tangent, kinds } => {
-            cmd_jvp(&common, args.as_deref(), &tangent, &kinds, false, stdin)
+        Command::Jvp { common, args, tangent, kinds, specialise } => {
+            cmd_jvp(&common, args.as_deref(), &tangent, &kinds, None, specialise, stdin)
         }
-        Command::Jacobian { common, args, kinds } => {
-            cmd_dense(&common, args.as_deref(), &kinds, false, stdin)
+        Command::Jacobian { common, args, kinds, specialise } => {
+            cmd_dense(&common, args.as_deref(), &kinds, false, specialise, stdin)
         }
-        Command::Hessian { common, args, kinds } => cmd_dense(&common, args.as_deref(), &kinds, true, stdin),
-        Command::Hvp { common, args, tangent, kinds } => {
-            cmd_jvp(&common, args.as_deref(), &tangent, &kinds, true, stdin)
+        Command::Hessian { common, args, kinds, specialise } => {
+            cmd_dense(&common, args.as_deref(), &kinds, true, specialise, stdin)
+        }
+        Command::Hvp { common, args, tangent, seed, seed_args, kinds, specialise } => {
+            let seeds = (seed.as_deref(), seed_args.as_deref());
+            cmd_jvp(&common, args.as_deref(), &tangent, &kinds, Some(seeds), specialise, stdin)
         }
         Command::Grad { common, args, seed, seed_args, kinds, specialise } => {
             let seeds = (seed.as_deref(), seed_args.as_deref());
@@ -511,6 +547,7 @@ fn cmd_dense(
     args: Option<&str>,
     kinds: &Kinds,
     hessian: bool,
+    specialise: bool,
     stdin: &mut dyn Read,
 ) -> Outcome {
     let result = (|| {
@@ -518,6 +555,7 @@ fn cmd_dense(
         let program = compile(common, stdin)?;
         let func = program.entry(common.func.as_deref()).map_err(Outcome::usage)?;
         let args = read_json_arg("--args", args.unwrap_or("[]"))?;
+        let program = if specialise { specialised_for(program, func, &args)? } else { program };
         let kinds = kinds.resolve(program.module().funcs[func].params.len())?;
         let out = if hessian {
             program.hessian_json_with(func, &args, &kinds, &limits)
@@ -529,13 +567,14 @@ fn cmd_dense(
     result.unwrap_or_else(|o| o)
 }
 
-/// `jvp`, or `hvp` when `hvp`.
+/// `jvp`, or `hvp` with its seeds (`--seed`, `--seed-args`).
 fn cmd_jvp(
     common: &Common,
     args: Option<&str>,
     tangent: &str,
     kinds: &Kinds,
-    hvp: bool,
+    hvp: Option<(Option<&str>, Option<&str>)>,
+    specialise: bool,
     stdin: &mut dyn Read,
 ) -> Outcome {
     let result = (|| {
@@ -543,12 +582,17 @@ fn cmd_jvp(
         let program = compile(common, stdin)?;
         let func = program.entry(common.func.as_deref()).map_err(Outcome::usage)?;
         let args = read_json_arg("--args", args.unwrap_or("[]"))?;
+        let program = if specialise { specialised_for(program, func, &args)? } else { program };
         let tangent = read_json_arg("--tangent", tangent)?;
         let kinds = kinds.resolve(program.module().funcs[func].params.len())?;
-        let out = if hvp {
-            program.hvp_json_with(func, &args, &tangent, &kinds, &limits)
-        } else {
-            program.jvp_json_with(func, &args, &tangent, &kinds, &limits)
+        let out = match hvp {
+            Some((seed, seed_args)) => {
+                let seed = seed.map(|s| read_json_arg("--seed", s)).transpose()?;
+                let seed_args = seed_args.map(|s| read_json_arg("--seed-args", s)).transpose()?;
+                let seeds = (seed.as_deref(), seed_args.as_deref());
+                program.hvp_json_seeded(func, &args, &tangent, seeds, &kinds, &limits)
+            }
+            None => program.jvp_json_with(func, &args, &tangent, &kinds, &limits),
         };
         derivative_outcome(&program, out)
     })();
