@@ -10,7 +10,8 @@
 //! arrays, loops with constant and data-dependent trip counts, loops around a reduction
 //! (which native code runs several rows at a time), `while` loops,
 //! branches, `break` and `continue`, early returns, calls with aliased arguments,
-//! bounded recursion, in-place updates, fresh allocations and the math builtins. Every
+//! bounded recursion (of scalars, over halves of an array, and writing an array on the
+//! way down), in-place updates, fresh allocations and the math builtins. Every
 //! program terminates (every loop has a bound), indexes in range, never overflows an
 //! `i64`, and keeps real arithmetic smooth (no division by values near zero, `log` and
 //! `sqrt` of positive arguments only) and its state bounded (every update of state adds
@@ -176,7 +177,7 @@ impl Gen<'_, '_> {
     fn statement(&mut self, scope: &mut Scope, indent: usize) {
         let nested = scope.depth < 2;
         let e = |g: &mut Self, s: &Scope| g.real(s, 2);
-        match self.src.below(35) {
+        match self.src.below(37) {
             0 | 1 => {
                 let v = self.name("t");
                 let value = e(self, scope);
@@ -452,6 +453,20 @@ impl Gen<'_, '_> {
                 let (a, b) = (e(self, scope), e(self, scope));
                 self.line(indent, &format!("acc += apply_twice(soft, {a}) + 0.1 * softplus({b});"));
             }
+            35 => {
+                // Recursion over halves of the array (divide and conquer).
+                let value = e(self, scope);
+                self.line(indent, &format!("acc += 0.5 * halves(x, 0, len(x)) * tanh({value});"));
+            }
+            36 => {
+                // Recursion that changes the array on the way down.
+                let k = if scope.small_ints.is_empty() {
+                    "n".to_string()
+                } else {
+                    scope.small_ints[self.src.below(scope.small_ints.len())].clone()
+                };
+                self.line(indent, &format!("acc += 0.25 * smooth(x, {k} % 4 + 1);"));
+            }
             _ => {
                 let value = e(self, scope);
                 self.line(indent, &format!("acc += tanh(sum(m) * 0.05 + {value} * f64(n % 3));"));
@@ -490,6 +505,21 @@ fn mix(a: f64[], b: f64[]) -> f64 {
 fn descend(z: f64, n: i64) -> f64 {
     if n <= 0 { return sin(z); }
     return descend(z * 0.75 + 0.1, n - 1) * 0.9;
+}
+
+// Divide and conquer: the halves of a range combined, down to single elements.
+fn halves(v: f64[], lo: i64, hi: i64) -> f64 {
+    if hi - lo <= 1 { return sin(v[lo]) * 0.5; }
+    let mid = (lo + hi) / 2;
+    return halves(v, lo, mid) * 0.75 + tanh(halves(v, mid, hi));
+}
+
+// Recursion that writes the array on the way down and reads it on the way back.
+fn smooth(v: f64[], k: i64) -> f64 {
+    if k <= 0 { return v[0]; }
+    let i = k % len(v);
+    v[i] = 0.5 * v[i] + 0.25 * tanh(v[(k + 1) % len(v)]);
+    return smooth(v, k - 1) * 0.9 + v[i] * 0.1;
 }
 
 fn pair_value(p: Pair) -> f64 {

@@ -8,6 +8,8 @@
 use serde_json::Value as Json;
 use std::path::{Path, PathBuf};
 
+pub mod modes;
+
 /// The workspace root.
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("workspace root")

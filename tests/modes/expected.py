@@ -1,0 +1,210 @@
+"""Independent expectations for the cases of this directory: each program written
+again in Python and differentiated with hyper-dual numbers (exact first and second
+derivatives, no finite differences), printed as the JSON `mcc` should print.
+
+    python3 tests/modes/expected.py
+"""
+import json
+import math
+
+
+class HD:
+    """a + b e1 + c e2 + d e1 e2 with e1^2 = e2^2 = 0: f(x + e1 u + e2 v) carries
+    f, f'(x) u, f'(x) v and u' f''(x) v."""
+
+    def __init__(self, a, b=0.0, c=0.0, d=0.0):
+        self.a, self.b, self.c, self.d = a, b, c, d
+
+    def __add__(s, o):
+        o = lift(o)
+        return HD(s.a + o.a, s.b + o.b, s.c + o.c, s.d + o.d)
+
+    __radd__ = __add__
+
+    def __neg__(s):
+        return HD(-s.a, -s.b, -s.c, -s.d)
+
+    def __sub__(s, o):
+        return s + (-lift(o))
+
+    def __rsub__(s, o):
+        return lift(o) + (-s)
+
+    def __mul__(s, o):
+        o = lift(o)
+        return HD(s.a * o.a, s.a * o.b + s.b * o.a, s.a * o.c + s.c * o.a,
+                  s.a * o.d + s.b * o.c + s.c * o.b + s.d * o.a)
+
+    __rmul__ = __mul__
+
+    def __truediv__(s, o):
+        return s * apply(lift(o), 1 / lift(o).a, -1 / lift(o).a ** 2, 2 / lift(o).a ** 3)
+
+    def __gt__(s, o):
+        return s.a > lift(o).a
+
+
+def lift(x):
+    return x if isinstance(x, HD) else HD(float(x))
+
+
+def apply(x, f0, f1, f2):
+    x = lift(x)
+    return HD(f0, f1 * x.b, f1 * x.c, f1 * x.d + f2 * x.b * x.c)
+
+
+def sin(x):
+    x = lift(x)
+    return apply(x, math.sin(x.a), math.cos(x.a), -math.sin(x.a))
+
+
+def exp(x):
+    x = lift(x)
+    e = math.exp(x.a)
+    return apply(x, e, e, e)
+
+
+def log(x):
+    x = lift(x)
+    return apply(x, math.log(x.a), 1 / x.a, -1 / x.a ** 2)
+
+
+def sqrt(x):
+    x = lift(x)
+    r = math.sqrt(x.a)
+    return apply(x, r, 0.5 / r, -0.25 / (r * x.a))
+
+
+def tanh(x):
+    x = lift(x)
+    t = math.tanh(x.a)
+    return apply(x, t, 1 - t * t, -2 * t * (1 - t * t))
+
+
+def derivatives(f, x):
+    """Value, gradient and Hessian of f at the flat point x."""
+    n = len(x)
+    hess = [[0.0] * n for _ in range(n)]
+    grad = [0.0] * n
+    value = None
+    for i in range(n):
+        for j in range(n):
+            args = [HD(x[k], 1.0 if k == i else 0.0, 1.0 if k == j else 0.0) for k in range(n)]
+            y = f(args)
+            value, grad[i], hess[i][j] = y.a, y.b, y.d
+    return value, grad, hess
+
+
+def product_loop(x):
+    s = 1.0
+    for xi in x:
+        s = s * xi
+    return s
+
+
+def log_sum_exp_loop(x):
+    s = 0.0
+    for xi in x:
+        s = s + exp(xi)
+    return log(s)
+
+
+def sqrt_loop(x):
+    s = 0.0
+    for xi in x:
+        s = s + sqrt(xi * xi + 1.0)
+    return s
+
+
+def sine_recurrence(v, n):
+    x, a = v
+    for _ in range(n):
+        x = a * sin(x) + 0.1
+    return x
+
+
+def horner_squared(v):
+    c, x = v[:-1], v[-1]
+    p = 0.0
+    for ci in c:
+        p = p * x + ci
+    return p * p
+
+
+def in_place_scan(v):
+    x = list(v)
+    for i in range(1, len(x)):
+        x[i] = x[i] * x[i - 1] + sin(x[i])
+    return sum((xi * xi for xi in x), HD(0.0))
+
+
+def tanh_layer(v):
+    w, x = [v[0:2], v[2:4]], v[4:6]
+    s = 0.0
+    for row in w:
+        a = 0.0
+        for wij, xj in zip(row, x):
+            a = a + wij * xj
+        h = tanh(a)
+        s = s + h * h
+    return s
+
+
+def cubes_through_a_closure(v):
+    x, k = v[:-1], v[-1]
+    s = 0.0
+    for xi in x:
+        s = s + k * xi * xi * xi
+    return s
+
+
+def shaped(flat, shapes):
+    """Splits a flat list by the arguments' shapes (None = a scalar, n = a vector)."""
+    out, k = [], 0
+    for s in shapes:
+        if s is None:
+            out.append(flat[k])
+            k += 1
+        elif isinstance(s, int):
+            out.append(flat[k:k + s])
+            k += s
+        else:
+            rows, cols = s
+            out.append([flat[k + r * cols:k + (r + 1) * cols] for r in range(rows)])
+            k += rows * cols
+    return out
+
+
+def hessian_case(name, f, x, shapes):
+    value, grad, hess = derivatives(f, x)
+    print(name, json.dumps({"value": value, "gradient": shaped(grad, shapes), "hessian": hess}))
+
+
+hessian_case("product_loop", product_loop, [0.5, 1.5, -2.0], [3])
+hessian_case("log_sum_exp_loop", log_sum_exp_loop, [0.1, 0.2, 0.3, 0.4], [4])
+hessian_case("sqrt_loop", sqrt_loop, [0.1, 0.2, 0.3, 0.4], [4])
+for name in ["checkpointed_recurrence", "plain_recurrence"]:
+    value, grad, hess = derivatives(lambda v: sine_recurrence(v, 20), [0.4, 0.95])
+    print(name, json.dumps({"value": value, "gradient": [grad[0], grad[1], None], "hessian": hess}))
+hessian_case("horner_squared", horner_squared, [0.1, 0.2, 0.3, 0.7], [3, None])
+hessian_case("in_place_scan", in_place_scan, [0.1, 0.2, 0.3], [3])
+hessian_case("tanh_layer", tanh_layer, [0.1, 0.2, 0.3, 0.5, 0.3, 0.9], [(2, 2), 2])
+hessian_case("cubes_through_a_closure", cubes_through_a_closure, [0.1, 0.2, 0.3, 1.5], [3, None])
+
+
+def recursive_sine(x, n):
+    if n == 0:
+        return x
+    return sin(recursive_sine(x, n - 1)) * x
+
+
+def tree_product(x, lo, hi):
+    if hi - lo == 1:
+        return sin(x[lo]) + 1.5
+    mid = (lo + hi) // 2
+    return tree_product(x, lo, mid) * tree_product(x, mid, hi)
+
+
+value, grad, hess = derivatives(lambda v: recursive_sine(v[0], 4), [0.8])
+print("recursive_sine", json.dumps({"value": value, "gradient": [grad[0], None], "hessian": hess}))
+hessian_case("tree_product", lambda v: tree_product(v, 0, 5), [0.1, -0.4, 0.9, 1.3, -0.2], [5])
