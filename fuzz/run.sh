@@ -14,7 +14,7 @@ seconds=${1:?usage: fuzz/run.sh SECONDS [TARGET...]}
 shift
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(front_end ir_text mutated_programs end_to_end)
+    targets=(front_end ir_text mutated_programs end_to_end second_order)
 fi
 export RUSTC_BOOTSTRAP=1
 for t in "${targets[@]}"; do
@@ -31,7 +31,7 @@ for t in "${targets[@]}"; do
     esac
     # Inputs that are lists of choices are worth their full length from the start.
     extra=()
-    case "$t" in mutated_programs|end_to_end) extra=(-len_control=0 -max_len=512) ;; esac
+    case "$t" in mutated_programs|end_to_end|second_order) extra=(-len_control=0 -max_len=512) ;; esac
     echo "== $t for ${seconds}s"
     # Inputs that once failed (fuzz/regressions/TARGET) are replayed first, as seeds.
     dirs=("corpus/$t")
