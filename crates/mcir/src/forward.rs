@@ -484,8 +484,16 @@ impl Program {
             return Err(shape_error());
         };
         let value = if f.ret.is_some() { primal.first().cloned() } else { None };
-        let active_only =
-            |(i, v): (usize, &Val)| if kind_of(kinds, i) == ArgKind::Active { v.clone() } else { Val::Unit };
+        // `()` for arguments without a derivative, whichever engine ran.
+        let active_only = |(i, v): (usize, &Val)| {
+            let differentiated =
+                kind_of(kinds, i) == ArgKind::Active && mcir_ad::tangent::has_tangent(types, f.params[i]);
+            if differentiated {
+                v.clone()
+            } else {
+                Val::Unit
+            }
+        };
         Ok(VjpTangent {
             value,
             gradient: primal.iter().skip(1).enumerate().map(active_only).collect(),

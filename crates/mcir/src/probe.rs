@@ -168,6 +168,20 @@ pub(crate) fn suspect_hand_written_rules(
                 crate::check::Failure::NotRestored { name: arg, .. } => {
                     ("reverse", format!("argument `{arg}` is not restored to its entry state"))
                 }
+                // Forward mode over a pullback differentiates the pullback's code: right
+                // at first order, it may still miss how its values depend on the input.
+                crate::check::Failure::SecondOrderComponent {
+                    arg,
+                    component,
+                    forward_over_reverse,
+                    finite_difference,
+                    ..
+                } => ("reverse", {
+                    let (a, b, e) = crate::check::compared(*forward_over_reverse, *finite_difference);
+                    format!(
+                        "at second order, for argument {arg} (`{component}`) of H v forward over reverse gives {a}, finite differences of the VJP give {b} ({e})"
+                    )
+                }),
                 _ => continue,
             };
             let Some(kind) = rule_of(word) else { continue };

@@ -1,6 +1,7 @@
 //! Every derivative mode on both engines: the regression cases of `tests/modes/` (each
 //! a program, a command and an independently computed expectation), and every program
-//! of the corpus (`tests/programs`, `tests/check`, `tests/second_order`, `tests/modes`)
+//! of the corpus (`tests/programs`, `tests/check`, `tests/second_order`, `tests/modes`,
+//! `tests/checkpoint`, `tests/arg_kinds`; at drawn arguments where a program has none)
 //! through every mode (`support::modes`): native code against the interpreter, and the
 //! checker's finite differences for each mode on both.
 
@@ -67,14 +68,16 @@ fn drawn_args(path: &std::path::Path, func: Option<&str>) -> String {
 fn every_mode_agrees_across_engines_and_with_finite_differences_on_the_corpus() {
     let mut failures = Vec::new();
     let mut ran = 0;
-    for dir in ["programs", "check", "second_order", "modes"] {
+    for dir in ["programs", "check", "second_order", "modes", "checkpoint", "arg_kinds"] {
         for (k, path) in cases(dir).iter().enumerate() {
             let text = std::fs::read_to_string(path).unwrap();
             let func = header(&text, "fn");
             let args = match header(&text, "args") {
                 Some(a) => a,
-                // tests/check draws its arguments: so does this test.
-                None if dir == "check" => drawn_args(path, func.as_deref()),
+                // Programs the checker runs at drawn arguments: so does this test.
+                None if ["check", "checkpoint", "arg_kinds"].contains(&dir) => {
+                    drawn_args(path, func.as_deref())
+                }
                 None => continue,
             };
             let file = path.to_str().unwrap();
