@@ -156,3 +156,33 @@ fn prepared_forward_mode_on_slices() {
     let mut tangents = [Arg::F64(0.5)];
     assert!(matches!(p.value_and_derivative(&mut args, &mut tangents), Err(ApiError::Args(_))));
 }
+
+#[test]
+fn a_vjp_returns_the_value_the_function_returned() {
+    // Results that share memory with what the reverse pass restores: an array written
+    // after it was made, an argument changed and returned, and both inside a tuple.
+    let src = "
+fn written(x: f64[]) -> f64[] { let y = copy(x); y[0] = y[0] * 3.0; return y; }
+fn changed(x: f64[]) -> f64[] { x[0] = x[0] * 3.0; return x; }
+fn pair(x: f64[]) -> (f64, f64[]) { let y = copy(x); y[1] = y[1] * y[0]; return (y[1], y); }
+";
+    for engine in [mcir::Engine::Jit, mcir::Engine::Interpreter] {
+        let program = Program::compile("results.mcir", src).unwrap().with_engine(engine);
+        for name in ["written", "changed"] {
+            let f = program.function(name).unwrap();
+            let x = Value::vector(vec![1.0, 2.0]);
+            let out = f.vjp(&[x.clone()], Some(Value::vector(vec![1.0, 1.0])), &[]).unwrap();
+            assert_eq!(out.value.unwrap().to_f64_vec().unwrap(), vec![3.0, 2.0], "{name} {engine:?}");
+            assert_eq!(out.gradient[0].to_f64_vec().unwrap(), vec![3.0, 1.0], "{name} {engine:?}");
+            // The argument is back in its entry state.
+            assert_eq!(x.to_f64_vec().unwrap(), vec![1.0, 2.0], "{name} {engine:?}");
+        }
+        let f = program.function("pair").unwrap();
+        let seed = Value::Agg(vec![Value::F64(1.0), Value::vector(vec![1.0, 1.0])].into());
+        let out = f.vjp(&[Value::vector(vec![2.0, 3.0])], Some(seed), &[]).unwrap();
+        let Some(Value::Agg(items)) = out.value else { panic!("a tuple") };
+        assert_eq!(items[0].as_f64(), Some(6.0), "{engine:?}");
+        assert_eq!(items[1].to_f64_vec().unwrap(), vec![2.0, 6.0], "{engine:?}");
+        assert_eq!(out.gradient[0].to_f64_vec().unwrap(), vec![7.0, 4.0], "{engine:?}");
+    }
+}
