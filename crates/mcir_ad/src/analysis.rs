@@ -329,10 +329,14 @@ pub(crate) fn varied_values(
 ) -> Vec<bool> {
     let n = f.values.len();
     let tracked: Vec<bool> = f.values.values().map(|d| has_tangent(types, d.ty)).collect();
-    let is_addr = |v: Value| tracked[v.index()] && types.is_address(f.value_type(v));
+    // Values that hold an address with a tangent: an address, or a tuple or value
+    // struct with one inside. Where such a value escapes (into a call, a cell, an
+    // aggregate, a join or the result), what it holds may be written, so it varies.
+    let holds: Vec<bool> = f.values.values().map(|d| !fdata_leaves(types, d.ty).is_empty()).collect();
+    let is_addr = |v: Value| tracked[v.index()] && holds[v.index()];
     // A load from a cell or record yields an address that may escape (and then be
     // written) unless the loaded value holds no address with a tangent.
-    let loads_address = |v: Value| !fdata_leaves(types, f.value_type(v)).is_empty();
+    let loads_address = |v: Value| holds[v.index()];
     let mut varied = vec![false; n];
     for (i, &p) in f.param_values().iter().enumerate() {
         varied[p.index()] = tracked[p.index()] && !constant.get(i).copied().unwrap_or(false);

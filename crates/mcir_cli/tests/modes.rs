@@ -29,6 +29,7 @@ fn the_regression_cases_hold_on_both_engines() {
                 extra.extend([format!("--{flag}"), v]);
             }
         }
+        extra.extend(header(&text, "flags").unwrap_or_default().split_whitespace().map(String::from));
         for engine in [None, Some("--interp")] {
             let mut words: Vec<&str> = extra.iter().map(|s| s.as_str()).collect();
             words.extend(engine);
