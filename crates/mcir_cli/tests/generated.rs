@@ -3,7 +3,7 @@
 //! (`--specialise`); then every derivative mode (`support::modes`: `grad`, a VJP with
 //! random cotangents, `jvp`, `hvp`, `jacobian`, `hessian`, each specialised too and
 //! with an argument constant) agrees across engines and, by the checker, with finite
-//! differences. `MCIR_GEN_PROGRAMS=N` sets how many (200 by default;
+//! differences. `MCIR_GEN_PROGRAMS=N` sets how many (120 by default;
 //! `docs/reliability.md` has the longer run), `MCIR_GEN_FIRST=K` the first seed.
 
 // Test code: a failure should stop the test where it happens.
@@ -69,7 +69,7 @@ fn differences(seed: u64, dir: &std::path::Path) -> Option<String> {
 
 #[test]
 fn generated_programs_agree_across_engines_and_pass_the_checker() {
-    let count = env_number("MCIR_GEN_PROGRAMS", 200);
+    let count = env_number("MCIR_GEN_PROGRAMS", 120);
     let first = env_number("MCIR_GEN_FIRST", 0);
     let dir = std::env::temp_dir().join(format!("mcir-gen-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -83,7 +83,14 @@ fn generated_programs_agree_across_engines_and_pass_the_checker() {
                 scope.spawn(move || {
                     (first + w..first + count)
                         .step_by(workers as usize)
-                        .filter_map(|seed| differences(seed, dir).map(|m| (seed, m)))
+                        .filter_map(|seed| {
+                            let failure = differences(seed, dir).map(|m| (seed, m));
+                            // Said at once, so that a long run shows what it found as it goes.
+                            if let Some((seed, m)) = &failure {
+                                eprintln!("FAILED seed {seed}: {}", m.lines().next().unwrap_or(""));
+                            }
+                            failure
+                        })
                         .collect::<Vec<_>>()
                 })
             })

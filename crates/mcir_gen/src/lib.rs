@@ -3,7 +3,9 @@
 //! and for fuzzing.
 //!
 //! A program is drawn from a seed, or from any byte string (a fuzzer's input), and mixes
-//! what the language offers: constants, value and `mut` structs, tuples (nested too),
+//! what the language offers: constants, value and `mut` structs (a value struct holding
+//! an array is an argument, captured by closures and written by a callee), tuples
+//! (nested too), `#[checkpoint]` loops,
 //! closures (capturing scalars and arrays, changing arrays, nested, passed to a function
 //! that takes a function), hand-written rules,
 //! refs (of scalars and of arrays), `f64` arrays of rank 1 to 3, `i64` and `bool`
@@ -95,6 +97,7 @@ pub fn generate_from_bytes(data: &[u8]) -> Generated {
 const X_LEN: usize = 5;
 const M_ROWS: usize = 3;
 const M_COLS: usize = 4;
+const V_LEN: usize = 3;
 
 /// Names of scalar `f64` values any expression in `main` may read.
 struct Scope {
@@ -177,7 +180,7 @@ impl Gen<'_, '_> {
     fn statement(&mut self, scope: &mut Scope, indent: usize) {
         let nested = scope.depth < 2;
         let e = |g: &mut Self, s: &Scope| g.real(s, 2);
-        match self.src.below(37) {
+        match self.src.below(40) {
             0 | 1 => {
                 let v = self.name("t");
                 let value = e(self, scope);
@@ -458,6 +461,36 @@ impl Gen<'_, '_> {
                 let value = e(self, scope);
                 self.line(indent, &format!("acc += 0.5 * halves(x, 0, len(x)) * tanh({value});"));
             }
+            37 => {
+                // The value struct holding an array: read, captured by a closure, and
+                // passed to a function that writes its array.
+                let i = self.src.below(V_LEN);
+                let value = e(self, scope);
+                match self.src.below(3) {
+                    0 => self.line(indent, &format!("acc += tanh(p.w * {value}) + p.v[{i}] * 0.1;")),
+                    1 => {
+                        let f = self.name("near");
+                        self.line(indent, &format!("let {f} = |s: f64| tanh(s * p.w + p.v[{i}]);"));
+                        self.line(indent, &format!("acc += {f}({value}) * 0.5;"));
+                    }
+                    _ => self.line(indent, &format!("acc += 0.5 * spread(p, {value});")),
+                }
+            }
+            38 if nested => {
+                // A checkpointed loop carrying a value, reading arrays from outside.
+                let (c, i) = (self.name("c"), self.name("i"));
+                let value = e(self, scope);
+                let steps = self.src.below(4) + 1;
+                self.line(indent, &format!("let mut {c} = tanh({value});"));
+                self.line(indent, "#[checkpoint]");
+                self.line(indent, &format!("for {i} in 0..{steps} {{"));
+                self.line(
+                    indent + 1,
+                    &format!("{c} = {c} * 0.5 + 0.25 * tanh({c} * p.v[{i} % {V_LEN}] + x[{i} % {X_LEN}]);"),
+                );
+                self.line(indent, "}");
+                self.line(indent, &format!("acc += {c};"));
+            }
             36 => {
                 // Recursion that changes the array on the way down.
                 let k = if scope.small_ints.is_empty() {
@@ -482,6 +515,8 @@ const PRELUDE: &str = "const HALF: f64 = 0.5;
 struct Pair { a: f64, b: f64 }
 
 mut struct State { v: f64[], total: f64 }
+
+struct Bundle { w: f64, v: f64[] }
 
 // Scales an array in place and returns a smooth summary of it.
 fn scale(v: f64[], s: f64) -> f64 {
@@ -520,6 +555,12 @@ fn smooth(v: f64[], k: i64) -> f64 {
     let i = k % len(v);
     v[i] = 0.5 * v[i] + 0.25 * tanh(v[(k + 1) % len(v)]);
     return smooth(v, k - 1) * 0.9 + v[i] * 0.1;
+}
+
+// Writes the array of a value struct it was given and reads it back.
+fn spread(b: Bundle, s: f64) -> f64 {
+    b.v[0] += 0.1 * tanh(s * b.w);
+    return b.v[0] * b.v[1] + tanh(b.w);
 }
 
 fn pair_value(p: Pair) -> f64 {
@@ -564,10 +605,12 @@ fn generate_from(src: &mut Source<'_>) -> Generated {
     };
     g.out.push_str(PRELUDE);
     g.out.push_str(
-        "\nfn main(x: f64[], m: f64[,], y: f64, n: i64, r: ref<f64>) -> f64 {\n    let mut acc = y;\n    let st = State { v: copy(x), total: 0.0 };\n",
+        "\nfn main(x: f64[], m: f64[,], y: f64, n: i64, r: ref<f64>, p: Bundle) -> f64 {\n    let mut acc = y;\n    let st = State { v: copy(x), total: 0.0 };\n",
     );
     g.block(&mut scope, 1, statements);
-    g.out.push_str("    return acc + sum(x) * 0.1 + st.total + sum(st.v) * 0.01 + *r;\n}\n");
+    g.out.push_str(
+        "    return acc + sum(x) * 0.1 + st.total + sum(st.v) * 0.01 + *r + p.w * sum(p.v) * 0.1;\n}\n",
+    );
     let mut args = String::from("[[");
     for k in 0..X_LEN {
         let _ = write!(args, "{}{:.3}", if k > 0 { ", " } else { "" }, g.src.real());
@@ -581,6 +624,10 @@ fn generate_from(src: &mut Source<'_>) -> Generated {
         args.push(']');
     }
     let (y, n, r) = (g.src.real(), g.src.below(4), g.src.real());
-    let _ = write!(args, "], {y:.3}, {n}, {r:.3}]");
+    let _ = write!(args, "], {y:.3}, {n}, {r:.3}, {{\"w\": {:.3}, \"v\": [", g.src.real());
+    for k in 0..V_LEN {
+        let _ = write!(args, "{}{:.3}", if k > 0 { ", " } else { "" }, g.src.real());
+    }
+    args.push_str("]}]");
     Generated { source: g.out, args }
 }

@@ -3,7 +3,8 @@
 //! with those cotangents), `jacobian` and `hessian` where small, each again with an
 //! argument constant and with the function compiled for the arguments' shapes
 //! (`--specialise`). Native code must agree with the interpreter, and the checker
-//! (`mcc check`, finite differences for every mode) must pass on both engines.
+//! (`mcc check`, finite differences for every mode) must pass on both engines. Each
+//! argument made constant in turn leaves the others' derivatives as they were.
 
 use super::{json_mismatch, mcc, Rng};
 use mcir::check::{tangent_from, values_of};
@@ -57,14 +58,25 @@ fn list(items: &[String]) -> String {
     format!("[{}]", items.join(", "))
 }
 
-/// Runs `words` (after the file) on both engines: the outcomes must agree.
-fn both_engines(case: &Case, words: &[String]) -> Result<mcir_cli::Outcome, String> {
+/// `mcc` with `words[0]`, the case's file, function and arguments, then `words[1..]`.
+fn words_for<'a>(case: &'a Case, words: &'a [String]) -> Vec<&'a str> {
     let mut base: Vec<&str> = vec![&words[0], case.file];
     if let Some(f) = case.func {
         base.extend(["--fn", f]);
     }
     base.extend(["--args", case.args]);
     base.extend(words[1..].iter().map(|s| s.as_str()));
+    base
+}
+
+/// Runs `words` on native code.
+fn native(case: &Case, words: &[String]) -> mcir_cli::Outcome {
+    mcc(&words_for(case, words))
+}
+
+/// Runs `words` (after the file) on both engines: the outcomes must agree.
+fn both_engines(case: &Case, words: &[String]) -> Result<mcir_cli::Outcome, String> {
+    let base = words_for(case, words);
     let native = mcc(&base);
     let mut interp_words = base.clone();
     interp_words.push("--interp");
@@ -174,56 +186,55 @@ pub fn every_mode(case: &Case) -> Result<(), String> {
         }
         let mut special = cmd.clone();
         special.push("--specialise".into());
-        let mut w: Vec<&str> = vec![&special[0], case.file];
-        if let Some(f) = case.func {
-            w.extend(["--fn", f]);
-        }
-        w.extend(["--args", case.args]);
-        w.extend(special[1..].iter().map(|s| s.as_str()));
-        let out = mcc(&w);
+        let out = native(case, &special);
         if out.code != 0 {
             return Err(format!("`{}` fails: {}{}", special.join(" "), out.stdout, out.stderr));
         }
         same_json(&special.join(" "), &out, &generic)?;
     }
 
-    // An argument constant: the other arguments' derivatives do not change, and the
-    // constant's is null (where values are finite: a zero tangent times an infinity is
-    // NaN, no tangent is zero). A cache: the engines agree.
-    let pick = (!differentiable.is_empty() && !case.nondifferentiable)
-        .then(|| differentiable[rng.below(differentiable.len())]);
-    if let Some(i) = pick {
+    // Each argument constant in turn: the other arguments' derivatives do not change,
+    // and the constant's is null (where values are finite: a zero tangent times an
+    // infinity is NaN, no tangent is zero). `jvp` and `grad` on native code for every
+    // argument; for one of them `hvp` too, and a cache, on both engines.
+    let chosen = (!differentiable.is_empty()).then(|| differentiable[rng.below(differentiable.len())]);
+    for &i in differentiable.iter().filter(|_| !case.nondifferentiable) {
         let k = i.to_string();
         let mut zeroed = tangent.clone();
         zeroed[i] = random_tangent(&mut rng, types, f.params[i], &args[i], true);
         let mut without = tangent.clone();
         without[i] = "null".into();
-        let pairs: Vec<(Vec<String>, Vec<String>, Vec<&str>)> = {
-            let mut p = vec![(
-                words(&["jvp", "--tangent", &list(&without), "--const", &k]),
-                words(&["jvp", "--tangent", &list(&zeroed)]),
-                vec!["args_tangent"],
-            )];
-            if scalar {
-                p.push((words(&["grad", "--const", &k]), words(&["grad"]), vec!["gradient"]));
-                p.push((
-                    words(&["hvp", "--tangent", &list(&without), "--const", &k]),
-                    words(&["hvp", "--tangent", &list(&zeroed)]),
-                    vec!["gradient", "hvp"],
-                ));
-            }
-            p
-        };
+        let mut pairs: Vec<(Vec<String>, Vec<String>, Vec<&str>)> = vec![(
+            words(&["jvp", "--tangent", &list(&without), "--const", &k]),
+            words(&["jvp", "--tangent", &list(&zeroed)]),
+            vec!["args_tangent"],
+        )];
+        if scalar {
+            pairs.push((words(&["grad", "--const", &k]), words(&["grad"]), vec!["gradient"]));
+        }
+        let both = chosen == Some(i);
+        if both && scalar {
+            pairs.push((
+                words(&["hvp", "--tangent", &list(&without), "--const", &k]),
+                words(&["hvp", "--tangent", &list(&zeroed)]),
+                vec!["gradient", "hvp"],
+            ));
+        }
         for (with_const, reference, nulled) in pairs {
-            let a = both_engines(case, &with_const)?;
-            let b = both_engines(case, &reference)?;
+            let (a, b) = if both {
+                (both_engines(case, &with_const)?, both_engines(case, &reference)?)
+            } else {
+                (native(case, &with_const), native(case, &reference))
+            };
             if a.code != b.code {
                 return Err(format!(
-                    "`{}` exits {}, `{}` {}",
+                    "`{}` exits {}, `{}` {}:\n{}{}",
                     with_const.join(" "),
                     a.code,
                     reference.join(" "),
-                    b.code
+                    b.code,
+                    a.stderr,
+                    b.stderr
                 ));
             }
             if a.code != 0 {
@@ -238,7 +249,7 @@ pub fn every_mode(case: &Case) -> Result<(), String> {
                 return Err(format!("`{}`: {m}", with_const.join(" ")));
             }
         }
-        if scalar {
+        if both && scalar {
             both_engines(case, &words(&["grad", "--cache", &k]))?;
         }
     }
@@ -250,12 +261,7 @@ pub fn every_mode(case: &Case) -> Result<(), String> {
             check.extend(words(&["--order", "1"]));
         }
         for engine in [None, Some("--interp")] {
-            let mut w: Vec<&str> = vec!["check", case.file];
-            if let Some(f) = case.func {
-                w.extend(["--fn", f]);
-            }
-            w.extend(["--args", case.args]);
-            w.extend(check[1..].iter().map(|s| s.as_str()));
+            let mut w = words_for(case, &check);
             w.extend(engine);
             let out = mcc(&w);
             if out.code != 0 {
