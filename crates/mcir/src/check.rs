@@ -197,6 +197,29 @@ pub struct CheckReport {
     pub suspects: Vec<Suspect>,
     /// Components compared.
     pub compared: usize,
+    /// The arguments each failing trial drew (when none were given), as the JSON that
+    /// `--args` takes, to reproduce it: `(trial, arguments)`.
+    pub arguments: Vec<(usize, String)>,
+}
+
+impl Failure {
+    /// The trial it happened in (from 1).
+    pub fn trial(&self) -> usize {
+        match self {
+            Failure::Component { trial, .. }
+            | Failure::DotProduct { trial, .. }
+            | Failure::Forward { trial, .. }
+            | Failure::ForwardArgument { trial, .. }
+            | Failure::Adjoint { trial, .. }
+            | Failure::Jacobian { trial, .. }
+            | Failure::SecondOrder { trial, .. }
+            | Failure::SecondOrderComponent { trial, .. }
+            | Failure::Symmetry { trial, .. }
+            | Failure::NotRestored { trial, .. }
+            | Failure::Aliasing { trial, .. }
+            | Failure::Error { trial, .. } => *trial,
+        }
+    }
 }
 
 impl CheckReport {
@@ -313,6 +336,9 @@ impl CheckReport {
                 }
             };
         }
+        for (trial, args) in &self.arguments {
+            let _ = writeln!(s, "  trial {trial} drew --args '{args}'");
+        }
         let _ = writeln!(s, "{}", if self.passed() { "ok: all checks agree" } else { "FAILED" });
         s
     }
@@ -399,7 +425,8 @@ impl CheckReport {
             .collect();
         serde_json::json!({
             "function": self.function, "passed": self.passed(), "trials": self.trials,
-            "skipped": self.skipped, "compared": self.compared, "failures": fails, "suspect_rules": suspects
+            "skipped": self.skipped, "compared": self.compared, "failures": fails, "suspect_rules": suspects,
+            "arguments": self.arguments.iter().map(|(t, a)| serde_json::json!({"trial": t, "args": a})).collect::<Vec<_>>()
         })
         .to_string()
     }
@@ -772,6 +799,7 @@ pub(crate) fn check_with(
         let text = program.render_runtime_error(e);
         text.lines().next().unwrap_or("").trim_start_matches("error: ").to_string()
     };
+    let mut drawn: Vec<String> = Vec::new();
     for trial in 1..=options.trials {
         let x: Vec<Val> = match fixed {
             Some(a) => deep_copy_all(a),
@@ -780,6 +808,11 @@ pub(crate) fn check_with(
                 f.params.iter().map(|&t| random_value(&mut rng, types, t, extent)).collect()
             }
         };
+        if fixed.is_none() {
+            let items: Vec<String> =
+                f.params.iter().zip(&x).map(|(&t, v)| crate::json::encode(module, t, v)).collect();
+            drawn.push(format!("[{}]", items.join(", ")));
+        }
         // The primal at x, and a function that evaluates (y, x_post) flattened.
         let eval_with = |xs: &[Val], limits: &Limits| -> Result<Evaluation, mcir_interp::RuntimeError> {
             let copies = deep_copy_all(xs);
@@ -1107,6 +1140,13 @@ pub(crate) fn check_with(
             report.failures.push(Failure::Aliasing { trial, detail });
         }
     }
+    let failing: std::collections::BTreeSet<usize> = report.failures.iter().map(Failure::trial).collect();
+    report.arguments = drawn
+        .into_iter()
+        .enumerate()
+        .filter(|(k, _)| failing.contains(&(k + 1)))
+        .map(|(k, a)| (k + 1, a))
+        .collect();
     report
 }
 

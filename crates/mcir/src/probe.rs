@@ -168,6 +168,8 @@ pub(crate) fn suspect_hand_written_rules(
                 crate::check::Failure::NotRestored { name: arg, .. } => {
                     ("reverse", format!("argument `{arg}` is not restored to its entry state"))
                 }
+                // A rule whose result is one of its arguments gives one array two shadows.
+                crate::check::Failure::Aliasing { detail, .. } => ("reverse", format!("aliasing: {detail}")),
                 // Forward mode over a pullback differentiates the pullback's code: right
                 // at first order, it may still miss how its values depend on the input.
                 crate::check::Failure::SecondOrderComponent {

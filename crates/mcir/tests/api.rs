@@ -171,7 +171,7 @@ fn pair(x: f64[]) -> (f64, f64[]) { let y = copy(x); y[1] = y[1] * y[0]; return 
         for name in ["written", "changed"] {
             let f = program.function(name).unwrap();
             let x = Value::vector(vec![1.0, 2.0]);
-            let out = f.vjp(&[x.clone()], Some(Value::vector(vec![1.0, 1.0])), &[]).unwrap();
+            let out = f.vjp(std::slice::from_ref(&x), Some(Value::vector(vec![1.0, 1.0])), &[]).unwrap();
             assert_eq!(out.value.unwrap().to_f64_vec().unwrap(), vec![3.0, 2.0], "{name} {engine:?}");
             assert_eq!(out.gradient[0].to_f64_vec().unwrap(), vec![3.0, 1.0], "{name} {engine:?}");
             // The argument is back in its entry state.

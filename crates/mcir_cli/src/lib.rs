@@ -120,7 +120,7 @@ enum Command {
         #[command(flatten)]
         common: Common,
         /// JSON array of arguments, or @path.json.
-        #[arg(long, value_name = "ARGS")]
+        #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
         args: Option<String>,
         /// Compile the function for the shapes of --args (see `mcc bench --specialise`).
         #[arg(long)]
@@ -131,13 +131,13 @@ enum Command {
         #[command(flatten)]
         common: Common,
         /// JSON array of arguments, or @path.json.
-        #[arg(long, value_name = "ARGS")]
+        #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
         args: Option<String>,
         /// JSON cotangent of the returned value (default 1.0 for an f64 result).
-        #[arg(long, value_name = "JSON")]
+        #[arg(long, value_name = "JSON", allow_hyphen_values = true)]
         seed: Option<String>,
         /// JSON array of cotangents for the arguments' state after the call (null = zero).
-        #[arg(long = "seed-args", value_name = "JSON")]
+        #[arg(long = "seed-args", value_name = "JSON", allow_hyphen_values = true)]
         seed_args: Option<String>,
         #[command(flatten)]
         kinds: Kinds,
@@ -152,10 +152,10 @@ enum Command {
         #[command(flatten)]
         common: Common,
         /// JSON array of arguments, or @path.json.
-        #[arg(long, value_name = "ARGS")]
+        #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
         args: Option<String>,
         /// JSON array with the tangent of each argument upon entry (null = zero), or @path.json.
-        #[arg(long, value_name = "JSON")]
+        #[arg(long, value_name = "JSON", allow_hyphen_values = true)]
         tangent: String,
         #[command(flatten)]
         kinds: Kinds,
@@ -172,16 +172,16 @@ enum Command {
         #[command(flatten)]
         common: Common,
         /// JSON array of arguments, or @path.json.
-        #[arg(long, value_name = "ARGS")]
+        #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
         args: Option<String>,
         /// JSON array with the direction for each argument (null = zero), or @path.json.
-        #[arg(long, value_name = "JSON")]
+        #[arg(long, value_name = "JSON", allow_hyphen_values = true)]
         tangent: String,
         /// JSON cotangent of the returned value (default 1.0 for an f64 result).
-        #[arg(long, value_name = "JSON")]
+        #[arg(long, value_name = "JSON", allow_hyphen_values = true)]
         seed: Option<String>,
         /// JSON array of cotangents for the arguments' state after the call (null = zero).
-        #[arg(long = "seed-args", value_name = "JSON")]
+        #[arg(long = "seed-args", value_name = "JSON", allow_hyphen_values = true)]
         seed_args: Option<String>,
         #[command(flatten)]
         kinds: Kinds,
@@ -196,7 +196,7 @@ enum Command {
         #[command(flatten)]
         common: Common,
         /// JSON array of arguments, or @path.json.
-        #[arg(long, value_name = "ARGS")]
+        #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
         args: Option<String>,
         #[command(flatten)]
         kinds: Kinds,
@@ -210,7 +210,7 @@ enum Command {
         #[command(flatten)]
         common: Common,
         /// JSON array of arguments, or @path.json.
-        #[arg(long, value_name = "ARGS")]
+        #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
         args: Option<String>,
         #[command(flatten)]
         kinds: Kinds,
@@ -224,7 +224,7 @@ enum Command {
         #[command(flatten)]
         common: Common,
         /// JSON array of arguments, or @path.json (default: random arguments per trial).
-        #[arg(long, value_name = "ARGS")]
+        #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
         args: Option<String>,
         /// Random draws.
         #[arg(long, default_value_t = 5)]
@@ -251,7 +251,7 @@ enum Command {
         #[command(flatten)]
         common: Common,
         /// JSON array of arguments, or @path.json.
-        #[arg(long, value_name = "ARGS")]
+        #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
         args: Option<String>,
         /// Calls timed of each kind.
         #[arg(long, default_value_t = 200)]
@@ -288,7 +288,7 @@ enum Command {
         /// Print the function compiled for the shapes of these arguments (JSON array, or
         /// @path.json), as `mcc bench --specialise` and `mcc gradbench` run it: implies
         /// --opt.
-        #[arg(long, value_name = "ARGS")]
+        #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
         shapes_of: Option<String>,
         /// Print each function as native code compiles it: loops around a reduction run
         /// several iterations side by side, each sum in its order (implies --opt).
