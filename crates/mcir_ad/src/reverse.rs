@@ -819,6 +819,19 @@ impl<'a> Reverse<'a> {
             self.dispatch(k, targets)?;
         } else if let Some(t) = targets.into_iter().next() {
             self.e.func.set_terminator(entry, Terminator::Jump(t), primal.span);
+        } else {
+            // The function never returns (`while true` without a `break`), so neither does
+            // its forward pass, and this pass never runs; it still returns what its
+            // signature says: a zero for every parameter's rdata.
+            self.zero = None;
+            let mut outs = Vec::new();
+            for &p in &primal.blocks[primal.entry()].params {
+                for _ in 0..rdata_leaves(self.types, primal.value_type(p)).len() {
+                    outs.push(self.zero());
+                }
+            }
+            let ret = if self.e.func.ret.is_some() { Some(self.e.tuple(self.types, outs)) } else { None };
+            self.e.func.set_terminator(entry, Terminator::Return(ret), primal.span);
         }
         Ok(())
     }

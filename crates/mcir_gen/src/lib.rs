@@ -13,8 +13,9 @@
 //! (which native code runs several rows at a time), `while` loops,
 //! branches, `break` and `continue`, early returns, calls with aliased arguments,
 //! bounded recursion (of scalars, over halves of an array, and writing an array on the
-//! way down), in-place updates, fresh allocations and the math builtins. Every
-//! program terminates (every loop has a bound), indexes in range, never overflows an
+//! way down), a function that never returns (called only where it is not reached),
+//! in-place updates, fresh allocations and the math builtins. Every program terminates
+//! (every loop that runs has a bound), indexes in range, never overflows an
 //! `i64`, and keeps real arithmetic smooth (no division by values near zero, `log` and
 //! `sqrt` of positive arguments only) and its state bounded (every update of state adds
 //! or multiplies by a bounded amount), so its derivative exists and finite differences
@@ -500,6 +501,12 @@ impl Gen<'_, '_> {
                 };
                 self.line(indent, &format!("acc += 0.25 * smooth(x, {k} % 4 + 1);"));
             }
+            39 if self.src.chance(50) => {
+                // A function that never returns, behind a test that never holds: its
+                // passes must still be derived (and verify), though they never run.
+                let value = e(self, scope);
+                self.line(indent, &format!("if len(x) > 1000000 {{ acc += stuck({value}, x); }}"));
+            }
             _ => {
                 let value = e(self, scope);
                 self.line(indent, &format!("acc += tanh(sum(m) * 0.05 + {value} * f64(n % 3));"));
@@ -555,6 +562,13 @@ fn smooth(v: f64[], k: i64) -> f64 {
     let i = k % len(v);
     v[i] = 0.5 * v[i] + 0.25 * tanh(v[(k + 1) % len(v)]);
     return smooth(v, k - 1) * 0.9 + v[i] * 0.1;
+}
+
+// Never returns (`while true` without a `break`); called only where it is not reached.
+fn stuck(z: f64, v: f64[]) -> f64 {
+    while true {
+        v[0] = sin(v[0]) * z;
+    }
 }
 
 // Writes the array of a value struct it was given and reads it back.
