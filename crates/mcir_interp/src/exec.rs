@@ -22,8 +22,9 @@ pub struct Limits {
     pub max_memory_bytes: u64,
     /// How long the run may take.
     pub timeout: Option<Duration>,
-    /// How much of the calling thread's stack native code may use; deeper recursion is
-    /// reported as too deep. Must be less than the stack the caller runs on.
+    /// How much machine stack native code may use; deeper recursion is reported as too
+    /// deep. A call from a thread with less stack left than this (and a margin for the
+    /// runtime) runs on a stack the library maps for it, so any thread may call.
     pub stack_bytes: usize,
 }
 
@@ -74,6 +75,8 @@ pub enum RuntimeErrorKind {
     InvalidConversion(f64),
     /// Calls nested deeper than the limit.
     RecursionTooDeep(usize),
+    /// Native code's calls needed more than this many bytes of machine stack.
+    StackExhausted(usize),
     /// `zeros(-1)` and the like.
     NegativeExtent(i64),
     /// An argument of another shape than the one the function was compiled for
@@ -141,6 +144,9 @@ impl fmt::Display for RuntimeErrorKind {
             RuntimeErrorKind::InvalidConversion(x) => write!(f, "cannot convert {x} to i64"),
             RuntimeErrorKind::RecursionTooDeep(n) => {
                 write!(f, "recursion too deep: more than {n} nested calls")
+            }
+            RuntimeErrorKind::StackExhausted(n) => {
+                write!(f, "recursion too deep: its calls need more than the {} of machine stack allowed", bytes(*n))
             }
             RuntimeErrorKind::NegativeExtent(n) => write!(f, "array extent {n} is negative"),
             RuntimeErrorKind::UnexpectedExtent { dim, extent, expected } => write!(
@@ -666,6 +672,16 @@ impl<'m> Interpreter<'m> {
 
 /// `count` copies of `x`, or an error when the system has no memory for them (where
 /// `vec![x; count]` would abort the process).
+/// A number of bytes for a message: in KiB, MiB or GiB when it is a whole number of them.
+fn bytes(n: usize) -> String {
+    for (unit, size) in [("GiB", 1usize << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+        if n >= size && n.is_multiple_of(size) {
+            return format!("{} {unit}", n / size);
+        }
+    }
+    format!("{n} bytes")
+}
+
 fn filled<T: Clone>(x: T, count: usize) -> Result<Vec<T>, Kind> {
     let mut v = Vec::new();
     v.try_reserve_exact(count).map_err(|_| Kind::OutOfMemory {

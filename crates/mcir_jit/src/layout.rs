@@ -66,6 +66,8 @@ pub(crate) struct Runtime {
     pub tables: *const crate::Tables,
     /// The time limit, for the error message.
     pub timeout: std::time::Duration,
+    /// The stack allowed to the call, for the error message.
+    pub stack_bytes: usize,
 }
 
 /// Chunks of 8-byte words handed out front to back. Allocation itself bumps the

@@ -664,8 +664,13 @@ impl Compiled {
             error: None,
             tables: &*self.tables as *const Tables,
             timeout: limits.timeout.unwrap_or_default(),
+            stack_bytes: limits.stack_bytes,
         };
-        let result = (|| {
+        // Native code may use `stack_bytes` of machine stack below this frame, and the
+        // runtime functions it calls a little more: on a thread with less left (a small
+        // thread's stack, or a deep caller), the call runs on a stack mapped for it.
+        let needed = limits.stack_bytes.saturating_add(RUNTIME_STACK);
+        let result = stacker::maybe_grow(needed, needed.saturating_add(RUNTIME_STACK), || {
             let (bump, bump_end) =
                 rt.arena.first_window().map_err(|kind| CallError::Runtime(fail_at(f, kind)))?;
             let here = 0u8;
@@ -692,7 +697,7 @@ impl Compiled {
                 return Err(CallError::Runtime(RuntimeError { kind, span, function }));
             }
             Ok(done(ret, state))
-        })();
+        });
         rt.arena.reset();
         workspace.arena = Some(rt.arena);
         result
@@ -902,6 +907,11 @@ fn raw_array(
         .map(|p| p as u64)
         .map_err(|kind| CallError::Runtime(fail_at(f, kind)))
 }
+
+/// Machine stack kept beyond `Limits::stack_bytes` for what native code calls into:
+/// runtime functions (allocation, errors, printing), the system's own calls, and the
+/// frames between this function and the generated code.
+const RUNTIME_STACK: usize = 256 << 10;
 
 /// Calls an entry trampoline; with a time limit, a watchdog thread sets the context's
 /// interrupt flag when it passes, and generated code stops at its next check.

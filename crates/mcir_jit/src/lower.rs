@@ -1143,9 +1143,8 @@ impl FnLower<'_, '_> {
                 let sp = self.b.ins().get_stack_pointer(P);
                 let limit = self.b.ins().load(P, flags(), self.ctx, ctx::STACK_LIMIT);
                 let low = self.b.ins().icmp(IntCC::UnsignedLessThan, sp, limit);
-                let max = self.b.ins().load(P, flags(), self.ctx, ctx::MAX_DEPTH);
                 let z = self.zero();
-                self.check(low, site, FAIL_DEPTH, [max, z, z]);
+                self.check(low, site, FAIL_STACK, [z, z, z]);
                 let site = self.site(first_span);
                 self.interrupt_check(site);
             } else if cfg.latches(b).next().is_some() {

@@ -23,6 +23,8 @@ pub(crate) const FAIL_TIMEOUT: i64 = 5;
 pub(crate) const FAIL_EMPTY_STACK: i64 = 6;
 pub(crate) const FAIL_STACK_PUT: i64 = 7;
 pub(crate) const FAIL_EXTENT: i64 = 8;
+/// The machine stack allowed to a call ran out (deep recursion).
+pub(crate) const FAIL_STACK: i64 = 9;
 
 /// Records the first error of the call and sets the status.
 fn fail(ctx: *mut Ctx, site: i64, kind: Kind) {
@@ -189,6 +191,7 @@ pub(crate) extern "C" fn mc_fail(ctx: *mut Ctx, site: i64, code: i64, a: i64, b:
         FAIL_OVERFLOW => Kind::IntegerOverflow,
         // SAFETY: the context is valid for the call (see `fail`).
         FAIL_DEPTH => Kind::RecursionTooDeep(unsafe { (*ctx).max_depth } as usize),
+        FAIL_STACK => Kind::StackExhausted(rt(ctx).stack_bytes),
         FAIL_TIMEOUT => Kind::Timeout(rt(ctx).timeout),
         FAIL_EMPTY_STACK => Kind::Internal("pop of an empty stack".into()),
         FAIL_STACK_PUT => Kind::Internal("stack.put past the end of a stack".into()),
