@@ -29,6 +29,7 @@ use crate::{AdOptions, Limits, Program, RuntimeError, Val};
 use mcir_ad::tangent::has_tangent;
 use mcir_ir::{FuncId, TypeTable};
 use std::fmt;
+use std::sync::Arc;
 
 pub use mcir_jit::RawArg as Arg;
 
@@ -104,14 +105,46 @@ impl Program {
     /// The function called `name`.
     pub fn function(&self, name: &str) -> Result<Function<'_>, ApiError> {
         let id = self.module.func_by_name(name).ok_or_else(|| ApiError::NoSuchFunction(name.to_string()))?;
-        Ok(Function { program: self, id, limits: Limits::default(), kinds: Vec::new() })
+        Ok(Function { program: ProgramRef::Borrowed(self), id, limits: Limits::default(), kinds: Vec::new() })
+    }
+
+    /// The function called `name`, holding a share of the program rather than a borrow:
+    /// handles made from it ([`Function::prepare`]) keep the program alive and free it
+    /// with the last of them, as a long-running server that loads and drops programs
+    /// needs.
+    pub fn shared_function(self: &Arc<Self>, name: &str) -> Result<Function<'static>, ApiError> {
+        let id = self.module.func_by_name(name).ok_or_else(|| ApiError::NoSuchFunction(name.to_string()))?;
+        Ok(Function {
+            program: ProgramRef::Shared(Arc::clone(self)),
+            id,
+            limits: Limits::default(),
+            kinds: Vec::new(),
+        })
+    }
+}
+
+/// The program of a [`Function`]: borrowed, or shared.
+#[derive(Clone)]
+enum ProgramRef<'p> {
+    Borrowed(&'p Program),
+    Shared(Arc<Program>),
+}
+
+impl std::ops::Deref for ProgramRef<'_> {
+    type Target = Program;
+
+    fn deref(&self) -> &Program {
+        match self {
+            ProgramRef::Borrowed(p) => p,
+            ProgramRef::Shared(p) => p,
+        }
     }
 }
 
 /// A function of a compiled program.
 #[derive(Clone)]
 pub struct Function<'p> {
-    program: &'p Program,
+    program: ProgramRef<'p>,
     id: FuncId,
     limits: Limits,
     /// How each parameter is differentiated by [`Function::prepare`] (missing: active).
@@ -367,7 +400,7 @@ impl Prepared<'_> {
         args: &mut [Arg<'a>],
         tangents: &mut [Arg<'a>],
     ) -> Result<(f64, f64), ApiError> {
-        let program: &Program = self.function.program;
+        let program: &Program = &self.function.program;
         let module = &program.module;
         let f = &module.funcs[self.function.id];
         if f.ret != Some(TypeTable::F64) {
@@ -404,6 +437,8 @@ impl Prepared<'_> {
             }
         }
         self.compile_tangent()?;
+        let program: &Program = &self.function.program;
+        let f = &program.module.funcs[self.function.id];
         let Some((jit, tf)) = &self.tangent else {
             return Err(ApiError::Derive("no tangent function".into()));
         };
@@ -471,7 +506,7 @@ impl Prepared<'_> {
         grads: &mut [GradSlot<'_>],
     ) -> Result<f64, ApiError> {
         // The program outlives the handle: what it holds is borrowed, not copied, per call.
-        let program: &Program = self.function.program;
+        let program: &Program = &self.function.program;
         let module = &program.module;
         let f = &module.funcs[self.function.id];
         if f.ret != Some(TypeTable::F64) {
@@ -489,6 +524,9 @@ impl Prepared<'_> {
             )));
         }
         self.compile_gradient()?;
+        let program: &Program = &self.function.program;
+        let module = &program.module;
+        let f = &module.funcs[self.function.id];
         let Some((jit, driver)) = &self.gradient else { return Err(ApiError::Derive("no gradient".into())) };
         let types = &module.types;
         let params = &f.params;

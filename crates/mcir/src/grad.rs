@@ -292,31 +292,36 @@ impl Differentiated {
         self.pass_text_as(f, reverse, true)
     }
 
-    fn pass_text_as(&self, f: FuncId, reverse: bool, native: bool) -> String {
+    /// `f`'s forward pass, or its reverse pass, in [`Differentiated::module`] (the
+    /// entry's own variant for its argument kinds, if it was derived with some).
+    pub fn pass(&self, f: FuncId, reverse: bool) -> FuncId {
         let rule = match &self.derived.entry {
             Some(e) if e.func == f => &e.rule,
             _ => self.derived.rule(f),
         };
+        if reverse {
+            rule.rev
+        } else {
+            rule.fwd
+        }
+    }
+
+    fn pass_text_as(&self, f: FuncId, reverse: bool, native: bool) -> String {
         let module = &self.derived.module;
-        let print = |id: FuncId| {
-            if native {
-                crate::native_text(module, id)
-            } else {
-                mcir_ir::print_function(module, &module.funcs[id])
-            }
+        let id = self.pass(f, reverse);
+        let text = if native {
+            crate::native_text(module, id)
+        } else {
+            mcir_ir::print_function(module, &module.funcs[id])
         };
         if reverse {
-            return print(rule.rev);
+            return text;
         }
-        let def = module.types.struct_def(rule.tape_sid);
-        let fields: Vec<String> =
-            def.fields.iter().map(|(n, t)| format!("{n}: {}", module.types.display(*t))).collect();
-        let decl = if fields.is_empty() {
-            format!("struct {} {{}}\n", def.name)
-        } else {
-            format!("struct {} {{ {} }}\n", def.name, fields.join(", "))
+        let rule = match &self.derived.entry {
+            Some(e) if e.func == f => &e.rule,
+            _ => self.derived.rule(f),
         };
-        decl + &print(rule.fwd)
+        mcir_ir::print_struct(&module.types, rule.tape_sid) + &text
     }
 
     /// The VJP of `func` at `args`: `seed` is the cotangent of the result (`None` = zero),

@@ -19,6 +19,7 @@ mod error;
 pub mod forward;
 pub mod grad;
 pub mod json;
+pub mod listing;
 mod probe;
 mod stack;
 
@@ -221,6 +222,12 @@ impl Program {
         }
     }
 
+    /// The module as lowered from the source, before optimisation (what `mcc ir`
+    /// prints); function ids are those of [`Program::module`].
+    pub fn written_module(&self) -> &Module {
+        &self.written
+    }
+
     /// The IR of one function, or of the whole module, as text, as lowered from the
     /// source.
     pub fn ir_text(&self, func: Option<FuncId>) -> String {
@@ -321,7 +328,7 @@ fn compile_module(
     Ok((module, generic))
 }
 
-/// Function `id` of `module` as native code compiles it.
-pub(crate) fn native_text(module: &Module, id: FuncId) -> String {
+/// Function `id` of `module` as native code compiles it (see [`Program::native_ir_text`]).
+pub fn native_text(module: &Module, id: FuncId) -> String {
     mcir_ir::print_function(module, &mcir_ir::jam::as_compiled(module, &module.funcs[id]))
 }

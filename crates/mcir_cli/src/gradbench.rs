@@ -29,6 +29,7 @@
 use serde_json::{json, Value as Json};
 use std::collections::HashMap;
 use std::io::{BufRead, Write};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// The programs built into the binary, by module name.
@@ -42,13 +43,21 @@ const BUILT_IN: &[(&str, &str)] = &[
 ];
 
 /// Where the programs come from, and how they are compiled.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Options {
     /// A directory of `MODULE.mcir` files instead of the built-in programs.
     pub dir: Option<std::path::PathBuf>,
     /// Run the code compiled at `define` for any shapes, instead of compiling each
     /// function again for the shapes of the inputs it is evaluated on.
     pub generic: bool,
+    /// The longest message (line) read: a longer one gets an error response.
+    pub max_input: u64,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options { dir: None, generic: false, max_input: crate::DEFAULT_MAX_INPUT }
+    }
 }
 
 /// What an eval function computes.
@@ -134,7 +143,9 @@ struct Entry {
     /// Compiled for the shapes of an input (`mcir::Program::specialised`), the first
     /// time an input of those shapes comes, unless the session runs generic code.
     specialised: HashMap<Vec<Vec<usize>>, mcir::Prepared<'static>>,
-    program: &'static mcir::Program,
+    /// Shared with the handles, which keep it alive: a module redefined or dropped
+    /// frees its programs with its entries.
+    program: Arc<mcir::Program>,
     /// The function's name and id in `program`.
     name: String,
     id: mcir::FuncId,
@@ -166,11 +177,9 @@ impl Entry {
                     matches!(p.kind, ParamKind::F64Array(_) | ParamKind::I64Array(_)).then(|| s.clone())
                 })
                 .collect();
-            let program = self.program.specialised(id, &fixed).map_err(|e| e.render())?;
-            // Like the program itself, specialised code lives as long as the tool.
-            let program: &'static mcir::Program = Box::leak(Box::new(program));
+            let program = Arc::new(self.program.specialised(id, &fixed).map_err(|e| e.render())?);
             let mut prepared = program
-                .function(&self.name)
+                .shared_function(&self.name)
                 .map_err(|e| e.to_string())?
                 .with_kinds(&self.kinds)
                 .prepare()
@@ -218,24 +227,103 @@ impl Buffer {
 }
 
 /// Runs a session: reads messages from `input` until it ends, writing one response line
-/// to `output` for each (flushed at once, since the eval waits for it).
+/// to `output` for each (flushed at once, since the eval waits for it). A line that is
+/// not a message (not UTF-8, not JSON, longer than `options.max_input` bytes) gets an
+/// error response, and the session goes on with the next line.
 pub fn session(input: &mut dyn BufRead, output: &mut dyn Write, options: &Options) -> std::io::Result<()> {
     let mut modules: HashMap<String, Module> = HashMap::new();
-    let mut line = String::new();
+    let mut line = Vec::new();
     loop {
         line.clear();
-        if input.read_line(&mut line)? == 0 {
-            return Ok(());
-        }
-        if line.trim().is_empty() {
-            continue;
-        }
-        let response = match serde_json::from_str::<Json>(&line) {
-            Ok(message) => respond(&message, &mut modules, options),
-            Err(e) => json!({"id": null, "success": false, "error": format!("the message is not JSON: {e}")}),
+        let response = match read_line(input, &mut line, options.max_input)? {
+            Line::End => return Ok(()),
+            Line::TooLong => json!({"id": null, "success": false, "error": format!(
+                "the message is longer than {} bytes (--max-input)", options.max_input
+            )}),
+            Line::Read => {
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                match std::str::from_utf8(&line) {
+                    Err(e) => {
+                        json!({"id": null, "success": false, "error": format!("the message is not UTF-8: {e}")})
+                    }
+                    Ok(text) => match serde_json::from_str::<Json>(text) {
+                        Ok(message) => respond(&message, &mut modules, options),
+                        Err(e) => {
+                            json!({"id": null, "success": false, "error": format!("the message is not JSON: {e}")})
+                        }
+                    },
+                }
+            }
         };
         writeln!(output, "{response}")?;
         output.flush()?;
+    }
+}
+
+/// What [`read_line`] found.
+enum Line {
+    /// A line (its newline left out), in the buffer.
+    Read,
+    /// A line longer than the limit, read to its end and dropped.
+    TooLong,
+    /// The end of the input.
+    End,
+}
+
+/// Reads one line of bytes into `line`, keeping at most `limit` of them: the rest of a
+/// longer line is read and dropped, so that memory stays bounded whatever comes.
+fn read_line(input: &mut dyn BufRead, line: &mut Vec<u8>, limit: u64) -> std::io::Result<Line> {
+    let mut too_long = false;
+    let mut any = false;
+    loop {
+        let available = match input.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            return Ok(if !any {
+                Line::End
+            } else if too_long {
+                Line::TooLong
+            } else {
+                Line::Read
+            });
+        }
+        any = true;
+        let (chunk, ended) = match available.iter().position(|&b| b == b'\n') {
+            Some(i) => (&available[..i], Some(i + 1)),
+            None => (available, None),
+        };
+        if !too_long {
+            if (line.len() + chunk.len()) as u64 > limit {
+                too_long = true;
+                *line = Vec::new();
+            } else {
+                line.extend_from_slice(chunk);
+            }
+        }
+        let used = ended.unwrap_or(available.len());
+        input.consume(used);
+        if ended.is_some() {
+            return Ok(if too_long { Line::TooLong } else { Line::Read });
+        }
+    }
+}
+
+/// A number as JSON; the non-finite ones as the strings `mcc run` prints (`"NaN"`,
+/// `"Infinity"`, `"-Infinity"`), since JSON has no numbers for them.
+fn number(x: f64) -> Json {
+    if x.is_finite() {
+        json!(x)
+    } else if x.is_nan() {
+        json!("NaN")
+    } else if x > 0.0 {
+        json!("Infinity")
+    } else {
+        json!("-Infinity")
     }
 }
 
@@ -279,6 +367,12 @@ fn respond(message: &Json, modules: &mut HashMap<String, Module>, options: &Opti
 
 /// Compiles module `name` and every function it names.
 fn define(name: &str, options: &Options) -> Result<Module, String> {
+    // A module is a name, not a path: it can name nothing outside `--dir`.
+    let is_name = (1..=128).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if !is_name {
+        return Err(format!("`{name}` is not a module name: one to 128 letters, digits, `_` or `-`"));
+    }
     let (file, text) = match &options.dir {
         Some(dir) => {
             let path = dir.join(format!("{name}.mcir"));
@@ -290,16 +384,14 @@ fn define(name: &str, options: &Options) -> Result<Module, String> {
             None => return Err(format!("mcir has no program for the module `{name}`")),
         },
     };
-    let program = mcir::Program::compile(&file, &text).map_err(|e| e.render())?;
-    // Prepared handles borrow their program, which lives as long as the tool.
-    let program: &'static mcir::Program = Box::leak(Box::new(program));
+    let program = Arc::new(mcir::Program::compile(&file, &text).map_err(|e| e.render())?);
     let mut entries = HashMap::new();
     for (eval_name, computes) in directives(&text)? {
         let (fname, wrt) = match &computes {
             Computes::Value(f) => (f.clone(), Vec::new()),
             Computes::Gradient(f, w) => (f.clone(), w.names()),
         };
-        let function = program.function(&fname).map_err(|e| format!("{file}: {e}"))?;
+        let function = program.shared_function(&fname).map_err(|e| format!("{file}: {e}"))?;
         let id = function.id();
         let module = program.module();
         let f = &module.funcs[function.id()];
@@ -346,7 +438,7 @@ fn define(name: &str, options: &Options) -> Result<Module, String> {
                 params,
                 prepared,
                 specialised: HashMap::new(),
-                program,
+                program: Arc::clone(&program),
                 name: fname.clone(),
                 id,
                 kinds,
@@ -421,8 +513,8 @@ fn flatten<T>(value: &Json, rank: u8, leaf: &dyn Fn(&Json) -> Option<T>) -> Opti
 /// Row-major elements as nested JSON lists of `shape`.
 fn nest(data: &[f64], shape: &[usize]) -> Json {
     match shape {
-        [] => json!(data.first().copied().unwrap_or(0.0)),
-        [_] => json!(data),
+        [] => number(data.first().copied().unwrap_or(0.0)),
+        [_] => Json::Array(data.iter().map(|&x| number(x)).collect()),
         [_, rest @ ..] => {
             let stride: usize = rest.iter().product();
             Json::Array(data.chunks(stride.max(1)).map(|c| nest(c, rest)).collect())
@@ -470,9 +562,10 @@ fn evaluate(entry: &mut Entry, input: &Json) -> Result<(Json, Vec<Json>), String
         let start = Instant::now();
         let out = match &computes {
             Computes::Value(_) if returns_array => {
-                code.call_array(&mut args).map(|v| json!(v)).map_err(|e| e.to_string())?
+                let v = code.call_array(&mut args).map_err(|e| e.to_string())?;
+                Json::Array(v.into_iter().map(number).collect())
             }
-            Computes::Value(_) => json!(code.call(&mut args).map_err(|e| e.to_string())?),
+            Computes::Value(_) => number(code.call(&mut args).map_err(|e| e.to_string())?),
             Computes::Gradient(..) => {
                 let mut slots: Vec<mcir::GradSlot<'_>> = params
                     .iter()
@@ -513,7 +606,7 @@ fn evaluate(entry: &mut Entry, input: &Json) -> Result<(Json, Vec<Json>), String
                             flat.extend(grads[i].as_deref().unwrap_or(&[]));
                         }
                     }
-                    json!(flat)
+                    Json::Array(flat.into_iter().map(number).collect())
                 }
             }
         }
@@ -532,12 +625,18 @@ pub fn run(args: &[std::ffi::OsString], stdin: &mut dyn std::io::Read) -> crate:
                 None => return crate::Outcome::usage("--dir needs a directory"),
             },
             Some("--generic") => options.generic = true,
+            Some("--max-input") => match it.next().and_then(|n| n.to_str()).and_then(|n| n.parse().ok()) {
+                Some(n) => options.max_input = n,
+                None => return crate::Outcome::usage("--max-input needs a number of bytes"),
+            },
             Some("-h" | "--help") => {
                 return crate::Outcome::ok(
-                    "mcc gradbench [--dir DIR] [--generic]: a GradBench tool; it speaks GradBench's \
-                     protocol on standard input and output. Each function is compiled at `define`, \
-                     and again for the shapes of the first input of each shape it is evaluated on \
-                     (timed as `specialise`), unless --generic\n"
+                    "mcc gradbench [--dir DIR] [--generic] [--max-input BYTES]: a GradBench tool; it \
+                     speaks GradBench's protocol on standard input and output. Each function is \
+                     compiled at `define`, and again for the shapes of the first input of each shape \
+                     it is evaluated on (timed as `specialise`), unless --generic. A module is \
+                     MODULE.mcir in DIR (default: the built-in programs). A message longer than \
+                     BYTES (default 268435456) gets an error response.\n"
                         .to_string(),
                 )
             }

@@ -71,7 +71,15 @@ struct Common {
     /// Reject source with an expression nested deeper than this (default 10000).
     #[arg(long, value_name = "DEPTH")]
     max_expr_depth: Option<usize>,
+    /// Refuse a program text, or a JSON argument (`--args` and the like), longer than
+    /// this many bytes (default 268435456, 256 MiB).
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_INPUT)]
+    max_input: u64,
 }
+
+/// The default of `--max-input`: larger than any program or argument list of real use,
+/// small enough that reading up to it cannot exhaust a machine's memory.
+pub const DEFAULT_MAX_INPUT: u64 = 256 << 20;
 
 /// Argument kinds for differentiation (DifferentiationInterface's model).
 #[derive(clap::Args, Debug, Default)]
@@ -273,6 +281,10 @@ enum Command {
         /// function again for the shapes of the inputs it is evaluated on.
         #[arg(long)]
         generic: bool,
+        /// Answer a message (one line) longer than this many bytes with an error
+        /// (default 268435456, 256 MiB).
+        #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_INPUT)]
+        max_input: u64,
     },
     /// Print the IR of the program (or of one function with --fn).
     Ir {
@@ -320,27 +332,6 @@ pub fn run(args: Vec<OsString>, stdin: &mut dyn Read) -> Outcome {
     if args.get(1).is_some_and(|a| a == "gradbench") {
         return gradbench::run(&args, stdin);
     }
-    let mut input = Vec::new();
-    let needs_stdin = args.iter().skip(1).any(|a| a == "-");
-    if needs_stdin {
-        if let Err(e) = stdin.read_to_end(&mut input) {
-            return Outcome::usage(format!("cannot read the program from stdin: {e}"));
-        }
-    }
-    let worker = std::thread::Builder::new()
-        .name("mcc".into())
-        .stack_size(COMMAND_STACK)
-        .spawn(move || run_here(args, &mut input.as_slice()));
-    match worker.map(|h| h.join()) {
-        Ok(Ok(outcome)) => outcome,
-        Ok(Err(_)) => {
-            Outcome { code: 1, stdout: String::new(), stderr: "error: internal error: mcc panicked\n".into() }
-        }
-        Err(_) => Outcome::usage("cannot start a thread to run the command"),
-    }
-}
-
-fn run_here(args: Vec<OsString>, stdin: &mut dyn Read) -> Outcome {
     let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e) => {
@@ -353,6 +344,46 @@ fn run_here(args: Vec<OsString>, stdin: &mut dyn Read) -> Outcome {
             };
         }
     };
+    // The program comes from stdin: read here (bounded), handed to the command's thread.
+    let mut input = Vec::new();
+    if let Some(common) = cli.command.common().filter(|c| c.file == "-") {
+        match read_bounded(stdin, common.max_input, "the program on stdin", false) {
+            Ok(bytes) => input = bytes,
+            Err(outcome) => return outcome,
+        }
+    }
+    let worker = std::thread::Builder::new()
+        .name("mcc".into())
+        .stack_size(COMMAND_STACK)
+        .spawn(move || run_here(cli, &mut input.as_slice()));
+    match worker.map(|h| h.join()) {
+        Ok(Ok(outcome)) => outcome,
+        Ok(Err(_)) => {
+            Outcome { code: 1, stdout: String::new(), stderr: "error: internal error: mcc panicked\n".into() }
+        }
+        Err(_) => Outcome::usage("cannot start a thread to run the command"),
+    }
+}
+
+impl Command {
+    /// The options every command but `gradbench` takes.
+    fn common(&self) -> Option<&Common> {
+        match self {
+            Command::Run { common, .. }
+            | Command::Ir { common, .. }
+            | Command::Check { common, .. }
+            | Command::Bench { common, .. }
+            | Command::Jvp { common, .. }
+            | Command::Jacobian { common, .. }
+            | Command::Hessian { common, .. }
+            | Command::Hvp { common, .. }
+            | Command::Grad { common, .. } => Some(common),
+            Command::Gradbench { .. } => None,
+        }
+    }
+}
+
+fn run_here(cli: Cli, stdin: &mut dyn Read) -> Outcome {
     match cli.command {
         Command::Run { common, args, specialise } => cmd_run(&common, args.as_deref(), specialise, stdin),
         Command::Ir { common, stage, opt, shapes_of, native, kinds } => {
@@ -395,17 +426,45 @@ fn run_here(args: Vec<OsString>, stdin: &mut dyn Read) -> Outcome {
     }
 }
 
+/// Reads all of `reader`, a chunk at a time, refusing (exit 2) more than `limit` bytes
+/// as soon as they come, and, for `json`, at once a byte that JSON text cannot hold (a
+/// control character other than whitespace): memory stays bounded whatever the input.
+fn read_bounded(reader: &mut dyn Read, limit: u64, what: &str, json: bool) -> Result<Vec<u8>, Outcome> {
+    let mut buf = Vec::new();
+    let mut chunk = vec![0u8; 1 << 16];
+    loop {
+        let n = match reader.read(&mut chunk) {
+            Ok(0) => return Ok(buf),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Outcome::usage(format!("cannot read {what}: {e}"))),
+        };
+        if json {
+            if let Some(i) = chunk[..n].iter().position(|&b| b < 0x20 && !b"\t\n\r".contains(&b)) {
+                return Err(Outcome::usage(format!(
+                    "{what} is not JSON text: byte {:#04x} at offset {}",
+                    chunk[i],
+                    buf.len() + i
+                )));
+            }
+        }
+        if (buf.len() + n) as u64 > limit {
+            return Err(Outcome::usage(format!(
+                "{what} is longer than {limit} bytes, the limit set by --max-input"
+            )));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
 /// Reads the program text named on the command line.
-fn read_program(file: &str, stdin: &mut dyn Read) -> Result<(String, String), Outcome> {
+fn read_program(file: &str, limit: u64, stdin: &mut dyn Read) -> Result<(String, String), Outcome> {
     let (name, bytes) = if file == "-" {
-        let mut buf = Vec::new();
-        stdin
-            .read_to_end(&mut buf)
-            .map_err(|e| Outcome::usage(format!("cannot read the program from stdin: {e}")))?;
-        ("<stdin>".to_string(), buf)
+        ("<stdin>".to_string(), read_bounded(stdin, limit, "the program on stdin", false)?)
     } else {
-        let bytes = std::fs::read(file).map_err(|e| Outcome::usage(format!("cannot read `{file}`: {e}")))?;
-        (file.to_string(), bytes)
+        let mut f =
+            std::fs::File::open(file).map_err(|e| Outcome::usage(format!("cannot read `{file}`: {e}")))?;
+        (file.to_string(), read_bounded(&mut f, limit, &format!("`{file}`"), false)?)
     };
     match String::from_utf8(bytes) {
         Ok(text) => Ok((name, text)),
@@ -421,12 +480,25 @@ fn read_program(file: &str, stdin: &mut dyn Read) -> Result<(String, String), Ou
     }
 }
 
-fn read_json_arg(flag: &str, text: &str) -> Result<String, Outcome> {
-    match text.strip_prefix('@') {
-        Some(path) => std::fs::read_to_string(path)
-            .map_err(|e| Outcome::usage(format!("cannot read {flag} file `{path}`: {e}"))),
-        None => Ok(text.to_string()),
-    }
+/// The JSON text of a flag: the value itself, or the contents of the file `@PATH` names
+/// (at most `limit` bytes).
+fn read_json_arg(flag: &str, text: &str, limit: u64) -> Result<String, Outcome> {
+    let bytes = match text.strip_prefix('@') {
+        Some(path) => {
+            let mut f = std::fs::File::open(path)
+                .map_err(|e| Outcome::usage(format!("cannot read {flag} file `{path}`: {e}")))?;
+            read_bounded(&mut f, limit, &format!("the {flag} file `{path}`"), true)?
+        }
+        None if text.len() as u64 > limit => {
+            return Err(Outcome::usage(format!(
+                "{flag} is longer than {limit} bytes, the limit set by --max-input"
+            )))
+        }
+        None => return Ok(text.to_string()),
+    };
+    String::from_utf8(bytes).map_err(|e| {
+        Outcome::usage(format!("the {flag} file `{}` is not UTF-8 text: {}", &text[1..], e.utf8_error()))
+    })
 }
 
 fn source_limits(common: &Common) -> Result<mcir::SourceLimits, Outcome> {
@@ -448,7 +520,7 @@ fn source_limits(common: &Common) -> Result<mcir::SourceLimits, Outcome> {
 
 fn compile(common: &Common, stdin: &mut dyn Read) -> Result<mcir::Program, Outcome> {
     let source_limits = source_limits(common)?;
-    let (name, text) = read_program(&common.file, stdin)?;
+    let (name, text) = read_program(&common.file, common.max_input, stdin)?;
     let engine = if common.interp { mcir::Engine::Interpreter } else { mcir::Engine::Jit };
     mcir::Program::compile_with(&name, &text, &source_limits)
         .map(|p| p.with_engine(engine))
@@ -505,7 +577,7 @@ fn cmd_run(common: &Common, args: Option<&str>, specialise: bool, stdin: &mut dy
         let limits = limits(common)?;
         let program = compile(common, stdin)?;
         let func = program.entry(common.func.as_deref()).map_err(Outcome::usage)?;
-        let args = read_json_arg("--args", args.unwrap_or("[]"))?;
+        let args = read_json_arg("--args", args.unwrap_or("[]"), common.max_input)?;
         let program = if specialise { specialised_for(program, func, &args)? } else { program };
         match program.run_json(func, &args, &limits) {
             Ok(json) => Ok(Outcome::ok(json + "\n")),
@@ -528,10 +600,10 @@ fn cmd_grad(
         let limits = limits(common)?;
         let program = compile(common, stdin)?;
         let func = program.entry(common.func.as_deref()).map_err(Outcome::usage)?;
-        let args = read_json_arg("--args", args.unwrap_or("[]"))?;
+        let args = read_json_arg("--args", args.unwrap_or("[]"), common.max_input)?;
         let program = if specialise { specialised_for(program, func, &args)? } else { program };
-        let seed = seed.map(|s| read_json_arg("--seed", s)).transpose()?;
-        let seed_args = seed_args.map(|s| read_json_arg("--seed-args", s)).transpose()?;
+        let seed = seed.map(|s| read_json_arg("--seed", s, common.max_input)).transpose()?;
+        let seed_args = seed_args.map(|s| read_json_arg("--seed-args", s, common.max_input)).transpose()?;
         let kinds = kinds.resolve(program.module().funcs[func].params.len())?;
         derivative_outcome(
             &program,
@@ -554,7 +626,7 @@ fn cmd_dense(
         let limits = limits(common)?;
         let program = compile(common, stdin)?;
         let func = program.entry(common.func.as_deref()).map_err(Outcome::usage)?;
-        let args = read_json_arg("--args", args.unwrap_or("[]"))?;
+        let args = read_json_arg("--args", args.unwrap_or("[]"), common.max_input)?;
         let program = if specialise { specialised_for(program, func, &args)? } else { program };
         let kinds = kinds.resolve(program.module().funcs[func].params.len())?;
         let out = if hessian {
@@ -581,14 +653,15 @@ fn cmd_jvp(
         let limits = limits(common)?;
         let program = compile(common, stdin)?;
         let func = program.entry(common.func.as_deref()).map_err(Outcome::usage)?;
-        let args = read_json_arg("--args", args.unwrap_or("[]"))?;
+        let args = read_json_arg("--args", args.unwrap_or("[]"), common.max_input)?;
         let program = if specialise { specialised_for(program, func, &args)? } else { program };
-        let tangent = read_json_arg("--tangent", tangent)?;
+        let tangent = read_json_arg("--tangent", tangent, common.max_input)?;
         let kinds = kinds.resolve(program.module().funcs[func].params.len())?;
         let out = match hvp {
             Some((seed, seed_args)) => {
-                let seed = seed.map(|s| read_json_arg("--seed", s)).transpose()?;
-                let seed_args = seed_args.map(|s| read_json_arg("--seed-args", s)).transpose()?;
+                let seed = seed.map(|s| read_json_arg("--seed", s, common.max_input)).transpose()?;
+                let seed_args =
+                    seed_args.map(|s| read_json_arg("--seed-args", s, common.max_input)).transpose()?;
                 let seeds = (seed.as_deref(), seed_args.as_deref());
                 program.hvp_json_seeded(func, &args, &tangent, seeds, &kinds, &limits)
             }
@@ -629,13 +702,13 @@ fn cmd_bench(
         }
         let limits = limits(common)?;
         let source_limits = source_limits(common)?;
-        let (name, text) = read_program(&common.file, stdin)?;
+        let (name, text) = read_program(&common.file, common.max_input, stdin)?;
         // Compile errors are reported with their source lines, as for every command.
         let program = mcir::Program::compile_with(&name, &text, &source_limits)
             .map_err(|e| Outcome::program(e.render()))?;
         let entry = program.entry(common.func.as_deref()).map_err(Outcome::usage)?;
         let kinds = kinds.resolve(program.module().funcs[entry].params.len())?;
-        let args = read_json_arg("--args", args.unwrap_or("[]"))?;
+        let args = read_json_arg("--args", args.unwrap_or("[]"), common.max_input)?;
         let func = common.func.as_deref();
         match mcir::bench::bench(
             &name,
@@ -678,7 +751,7 @@ fn cmd_check(
         let limits = limits(common)?;
         let program = compile(common, stdin)?;
         let func = program.entry(common.func.as_deref()).map_err(Outcome::usage)?;
-        let args = args.map(|a| read_json_arg("--args", a)).transpose()?;
+        let args = args.map(|a| read_json_arg("--args", a, common.max_input)).transpose()?;
         let report = match program.check(func, args.as_deref(), options, &limits) {
             Ok(r) => r,
             Err(mcir::GradError::Args(e)) => return Err(Outcome::usage(e)),
@@ -728,6 +801,22 @@ struct IrView {
     native: bool,
 }
 
+/// `mcc ir FILE.ir`: IR text (as `mcc ir` prints it) parsed, verified and printed back.
+fn ir_file(common: &Common, stdin: &mut dyn Read) -> Outcome {
+    let (name, text) = match read_program(&common.file, common.max_input, stdin) {
+        Ok(t) => t,
+        Err(o) => return o,
+    };
+    let module = match mcir::ir::parse_module(&text) {
+        Ok(m) => m,
+        Err(e) => return Outcome::program(format!("error: {name}:{}:{}: {}\n", e.line, e.col, e.message)),
+    };
+    if let Err(e) = mcir::ir::verify_module(&module) {
+        return Outcome::program(format!("error: {name}: the IR does not verify: {e}\n"));
+    }
+    Outcome::ok(mcir::ir::print_module(&module))
+}
+
 fn cmd_ir(
     common: &Common,
     view: IrView,
@@ -736,12 +825,22 @@ fn cmd_ir(
     stdin: &mut dyn Read,
 ) -> Outcome {
     let IrView { stage, opt, native } = view;
+    if common.file.ends_with(".ir") {
+        let plain = stage == Stage::Primal && !opt && !native && shapes_of.is_none();
+        if !plain || common.func.is_some() || !kinds.constant.is_empty() || !kinds.cache.is_empty() {
+            return Outcome::usage(
+                "an .ir file is read, verified and printed back whole: --stage, --opt, --native, \
+                 --shapes-of, --fn, --const and --cache apply to .mcir programs",
+            );
+        }
+        return ir_file(common, stdin);
+    }
     let result = (|| {
         let mut program = compile(common, stdin)?;
         let opt = opt || native || shapes_of.is_some();
         if let Some(args) = shapes_of {
             let entry = program.entry(common.func.as_deref()).map_err(Outcome::usage)?;
-            let args = read_json_arg("--shapes-of", args)?;
+            let args = read_json_arg("--shapes-of", args, common.max_input)?;
             program = specialised_for(program, entry, &args)?;
         }
         // Argument kinds belong to the entry function, named or not.
@@ -751,91 +850,96 @@ fn cmd_ir(
             None if has_kinds => Some(program.entry(None).map_err(Outcome::usage)?),
             None => None,
         };
-        let primal_text = |f: Option<mcir::FuncId>| {
-            if native {
-                program.native_ir_text(f)
-            } else if opt {
-                program.optimized_ir_text(f)
-            } else {
-                program.ir_text(f)
-            }
-        };
-        let print_in = |module: &mcir::Module, f: mcir::FuncId| {
-            if native {
-                mcir::ir::print_function(module, &mcir::ir::jam::as_compiled(module, &module.funcs[f]))
-            } else {
-                mcir::ir::print_function(module, &module.funcs[f])
-            }
-        };
-        let pass_text = |d: &mcir::Differentiated, f: mcir::FuncId, reverse: bool| {
-            if native {
-                d.native_pass_text(f, reverse)
-            } else {
-                d.pass_text(f, reverse)
-            }
-        };
+        // Every stage prints a complete module: the functions asked for, then what they
+        // call, and the structs they use (mcir::listing).
+        let plain = |m: &mcir::Module, f: mcir::FuncId| mcir::ir::print_function(m, &m.funcs[f]);
+        let compiled = |m: &mcir::Module, f: mcir::FuncId| mcir::native_text(m, f);
+        let print: mcir::listing::PrintFn<'_> = if native { &compiled } else { &plain };
+        let primal = if opt { program.module() } else { program.written_module() };
         if stage == Stage::Primal {
-            return Ok(Outcome::ok(primal_text(func)));
+            return Ok(Outcome::ok(match func {
+                Some(f) => {
+                    let mut listing = mcir::listing::Listing::new();
+                    listing.add_with_callees(primal, &[f], print);
+                    listing.text()
+                }
+                None if native => program.native_ir_text(None),
+                None => mcir::ir::print_module(primal),
+            }));
         }
         let funcs: Vec<mcir::FuncId> = match func {
             Some(f) => vec![f],
             None => program.module().funcs.keys().collect(),
         };
-        let tangents = if matches!(stage, Stage::Tangent | Stage::All) {
-            Some(program.tangent_module(&funcs).map_err(|e| Outcome::program(format!("error: {e}\n")))?)
-        } else {
-            None
-        };
+        let derive_error = |e: mcir::AdError| Outcome::program(format!("error: {e}\n"));
         // With constant arguments, the entry's own tangent function.
-        if let (Stage::Tangent, Some(f)) = (stage, func) {
-            let kinds = kinds.resolve(program.module().funcs[f].params.len())?;
-            if kinds.contains(&mcir::ArgKind::Const) {
-                let t = program
-                    .tangent_module_with(f, &kinds)
-                    .map_err(|e| Outcome::program(format!("error: {e}\n")))?;
-                if let Some((_, tf, _)) = &t.entry {
-                    return Ok(Outcome::ok(print_in(&t.module, *tf)));
+        let tangents = match (stage, func) {
+            (Stage::Tangent | Stage::All, Some(f)) => {
+                let kinds = kinds.resolve(program.module().funcs[f].params.len())?;
+                if kinds.contains(&mcir::ArgKind::Const) {
+                    let t = program.tangent_module_with(f, &kinds).map_err(derive_error)?;
+                    let tf = t.entry.as_ref().map(|(_, tf, _)| *tf);
+                    Some((t, tf))
+                } else {
+                    let t = program.tangent_module(&funcs).map_err(derive_error)?;
+                    let tf = t.tangent(f);
+                    Some((t, tf))
                 }
             }
-        }
-        if let (Stage::Tangent, Some(t)) = (stage, &tangents) {
-            let texts: Vec<String> =
-                funcs.iter().filter_map(|f| t.tangent(*f)).map(|tf| print_in(&t.module, tf)).collect();
-            return Ok(Outcome::ok(texts.join("\n")));
-        }
+            (Stage::Tangent | Stage::All, None) => {
+                Some((program.tangent_module(&funcs).map_err(derive_error)?, None))
+            }
+            _ => None,
+        };
+        let tangent_of = |f: mcir::FuncId| match &tangents {
+            Some((_, Some(tf))) if Some(f) == func => Some(*tf),
+            Some((t, _)) => t.tangent(f),
+            None => None,
+        };
         // With constant arguments, the entry's own rule.
         let entry_kinds = match func {
             Some(f) => kinds.resolve(program.module().funcs[f].params.len())?,
             None => Vec::new(),
         };
-        let d = program
-            .differentiate_with(&mcir::AdOptions::default(), func, &entry_kinds)
-            .map_err(|e| Outcome::program(format!("error: {e}\n")))?;
-        let mut out = String::new();
-        for f in funcs {
-            if !out.is_empty() {
-                out.push('\n');
-            }
+        let d = if stage == Stage::Tangent {
+            None
+        } else {
+            Some(
+                program
+                    .differentiate_with(&mcir::AdOptions::default(), func, &entry_kinds)
+                    .map_err(derive_error)?,
+            )
+        };
+        let mut listing = mcir::listing::Listing::new();
+        let (mut primal_roots, mut pass_roots, mut tangent_roots) = (Vec::new(), Vec::new(), Vec::new());
+        for &f in &funcs {
             if stage == Stage::All {
-                out.push_str(&primal_text(Some(f)));
-                out.push('\n');
+                listing.add(primal, f, print);
+                primal_roots.push(f);
             }
-            if matches!(stage, Stage::Fwd | Stage::All) {
-                out.push_str(&pass_text(&d, f, false));
-            }
-            if stage == Stage::All {
-                out.push('\n');
-            }
-            if matches!(stage, Stage::Rev | Stage::All) {
-                out.push_str(&pass_text(&d, f, true));
-            }
-            if let (Stage::All, Some(t)) = (stage, &tangents) {
-                if let Some(tf) = t.tangent(f) {
-                    out.push('\n');
-                    out.push_str(&print_in(&t.module, tf));
+            if let Some(d) = &d {
+                for reverse in [false, true] {
+                    let wanted = if reverse { Stage::Rev } else { Stage::Fwd };
+                    if stage == wanted || stage == Stage::All {
+                        let pass = d.pass(f, reverse);
+                        listing.add(d.module(), pass, print);
+                        pass_roots.push(pass);
+                    }
                 }
             }
+            if let (Some((t, _)), Some(tf)) = (&tangents, tangent_of(f)) {
+                listing.add(&t.module, tf, print);
+                tangent_roots.push(tf);
+            }
         }
+        listing.add_with_callees(primal, &primal_roots, print);
+        if let Some(d) = &d {
+            listing.add_with_callees(d.module(), &pass_roots, print);
+        }
+        if let Some((t, _)) = &tangents {
+            listing.add_with_callees(&t.module, &tangent_roots, print);
+        }
+        let out = listing.text();
         Ok(Outcome::ok(out))
     })();
     result.unwrap_or_else(|o| o)

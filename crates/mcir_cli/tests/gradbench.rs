@@ -58,3 +58,96 @@ fn a_recorded_session_gets_the_expected_responses() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Runs a session on `input` with `options`; its responses.
+fn session(input: &[u8], options: &mcir_cli::gradbench::Options) -> Vec<Json> {
+    let mut output = Vec::new();
+    mcir_cli::gradbench::session(&mut &input[..], &mut output, options).unwrap();
+    String::from_utf8(output).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+#[test]
+fn any_line_gets_a_response_and_the_session_goes_on() {
+    let options = mcir_cli::gradbench::Options { max_input: 200, ..Default::default() };
+    let mut input = Vec::new();
+    input.extend_from_slice(b"\xff\xfe{\"id\": 1}\n");
+    input.extend_from_slice(b"{\"id\": 2, \"kind\": \"define\", \"module\": \"hello\"}\n");
+    input.extend_from_slice(b"not json\n");
+    input.extend_from_slice(format!("{{\"id\": 3, \"pad\": \"{}\"}}\n", "x".repeat(5000)).as_bytes());
+    input.extend_from_slice(b"{\"id\": 4, \"kind\": \"evaluate\", \"module\": \"hello\", \"function\": \"square\", \"input\": 3.0}\n");
+    // The last line has no newline.
+    input.extend_from_slice(b"\x00\x00");
+    let responses = session(&input, &options);
+    let summary: Vec<(Json, Json)> =
+        responses.iter().map(|r| (r["id"].clone(), r["success"].clone())).collect();
+    let expected = [
+        (Json::Null, Json::Bool(false)),
+        (Json::from(2), Json::Bool(true)),
+        (Json::Null, Json::Bool(false)),
+        (Json::Null, Json::Bool(false)),
+        (Json::from(4), Json::Bool(true)),
+        (Json::Null, Json::Bool(false)),
+    ];
+    assert_eq!(summary, expected, "responses: {responses:?}");
+    assert!(responses[0]["error"].as_str().unwrap().contains("not UTF-8"), "{}", responses[0]);
+    assert!(responses[3]["error"].as_str().unwrap().contains("longer than 200 bytes"), "{}", responses[3]);
+    assert_eq!(responses[4]["output"], Json::from(9.0));
+}
+
+/// A fresh directory of module programs.
+fn module_dir(name: &str, modules: &[(&str, &str)]) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("mcir-gradbench-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (module, text) in modules {
+        std::fs::write(dir.join(format!("{module}.mcir")), text).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn non_finite_outputs_are_the_strings_mcc_run_prints() {
+    let program = "// gradbench: primal = value f\n// gradbench: many = value g\n// gradbench: gradient = gradient f x\n\
+                   fn f(x: f64) -> f64 { return exp(x * x); }\n\
+                   fn g(x: f64) -> f64[] { return [exp(x), -exp(x), log(x), sqrt(x)]; }\n";
+    let dir = module_dir("nonfinite", &[("edge", program)]);
+    let options = mcir_cli::gradbench::Options { dir: Some(dir.clone()), ..Default::default() };
+    let messages = [
+        r#"{"id": 1, "kind": "define", "module": "edge"}"#,
+        r#"{"id": 2, "kind": "evaluate", "module": "edge", "function": "primal", "input": 40.0}"#,
+        r#"{"id": 3, "kind": "evaluate", "module": "edge", "function": "gradient", "input": 40.0}"#,
+        r#"{"id": 4, "kind": "evaluate", "module": "edge", "function": "many", "input": 1000.0}"#,
+        r#"{"id": 5, "kind": "evaluate", "module": "edge", "function": "many", "input": -1.0}"#,
+    ];
+    let responses = session(messages.join("\n").as_bytes(), &options);
+    let outputs: Vec<String> = responses[1..].iter().map(|r| r["output"].to_string()).collect();
+    assert_eq!(
+        outputs,
+        [
+            r#""Infinity""#,
+            r#""Infinity""#,
+            r#"["Infinity","-Infinity",6.907755278982137,31.622776601683793]"#,
+            r#"[0.36787944117144233,-0.36787944117144233,"NaN","NaN"]"#,
+        ],
+        "{responses:?}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn modules_are_names_inside_the_directory() {
+    let outside = module_dir(
+        "outside",
+        &[("secret", "// gradbench: primal = value f\nfn f(x: f64) -> f64 { return x; }\n")],
+    );
+    let dir = outside.join("inner");
+    std::fs::create_dir_all(&dir).unwrap();
+    let options = mcir_cli::gradbench::Options { dir: Some(dir), ..Default::default() };
+    let secret = outside.join("secret").to_string_lossy().to_string();
+    for name in ["../secret", secret.as_str(), "inner/../../secret", "", ".", "a\\b"] {
+        let message = serde_json::json!({"id": 1, "kind": "define", "module": name});
+        let responses = session(format!("{message}\n").as_bytes(), &options);
+        assert_eq!(responses[0]["success"], Json::Bool(false), "{name}: {}", responses[0]);
+        assert!(responses[0]["error"].as_str().unwrap().contains("is not a module name"), "{}", responses[0]);
+    }
+    std::fs::remove_dir_all(outside).unwrap();
+}

@@ -540,3 +540,36 @@ fn bad_tangents_to_mcc_jvp() {
         r#"{"value": 1.5, "tangent": 0.0, "args_tangent": [1.0, [], [], null, {"w": 0.0, "v": []}, 0.0, [0.0, null], null]}"#
     );
 }
+
+#[test]
+fn input_is_read_up_to_a_limit() {
+    let prog = root().join("tests/programs/dot_sum.mcir");
+    let p = prog.to_str().unwrap();
+    // No JSON text holds a NUL: refused at the first byte, whatever follows.
+    let out = mcc(&["run", p, "--args", "@/dev/zero"]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("is not JSON text: byte 0x00 at offset 0"), "{}", out.stderr);
+    // A program that never ends: refused at the limit.
+    let out = mcc(&["run", "/dev/zero", "--max-input", "100000"]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("longer than 100000 bytes, the limit set by --max-input"), "{}", out.stderr);
+    let words: Vec<std::ffi::OsString> =
+        ["mcc", "run", "-", "--max-input", "5000"].iter().map(|w| w.into()).collect();
+    let out = mcir_cli::run(words, &mut std::io::repeat(b' '));
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("the program on stdin is longer than 5000 bytes"), "{}", out.stderr);
+    // Arguments as long as the limit allows pass; one byte more does not.
+    let args = format!("[[{}], [{}]]", vec!["1.0"; 200].join(","), vec!["2.0"; 200].join(","));
+    let file = tempfile_path("long_args.json");
+    std::fs::write(&file, &args).unwrap();
+    let at_file = format!("@{}", file.display());
+    let limit = args.len().to_string();
+    let one_less = (args.len() - 1).to_string();
+    assert_eq!(mcc(&["run", p, "--args", &at_file, "--max-input", &limit]).code, 0);
+    assert_eq!(mcc(&["run", p, "--args", &args, "--max-input", &limit]).code, 0);
+    for given in [at_file.as_str(), args.as_str()] {
+        let out = mcc(&["grad", p, "--args", given, "--max-input", &one_less]);
+        assert_eq!(out.code, 2, "{}", out.stderr);
+        assert!(out.stderr.contains(&format!("longer than {one_less} bytes")), "{}", out.stderr);
+    }
+}

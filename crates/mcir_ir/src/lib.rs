@@ -38,6 +38,6 @@ pub const MAX_EXTENT: i64 = i32::MAX as i64;
 
 pub use op::{f64_to_i64, powi, CmpOp, FBinOp, FUnOp, IBinOp, IUnOp, IntError, Op, Transpose};
 pub use parse::{parse_module, ParseError};
-pub use print::{print_function, print_module};
+pub use print::{print_function, print_module, print_rule, print_struct};
 pub use types::{Scalar, StructDef, StructId, Type, TypeId, TypeTable};
 pub use verify::{verify_function, verify_module, VerifyError};

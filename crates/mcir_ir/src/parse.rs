@@ -152,7 +152,7 @@ fn lex(src: &str) -> Result<Vec<(Tok, u32, u32)>, ParseError> {
 /// Parses a module printed by [`crate::print_module`].
 pub fn parse_module(src: &str) -> Result<Module, ParseError> {
     let toks = lex(src)?;
-    let mut p = Parser { toks, pos: 0, module: Module::new() };
+    let mut p = Parser { toks, pos: 0, module: Module::new(), type_depth: 0 };
     p.declare_names()?;
     while !matches!(p.peek(), Tok::Eof) {
         if p.eat_word("mut") || p.peek_word("struct") {
@@ -170,7 +170,13 @@ struct Parser {
     toks: Vec<(Tok, u32, u32)>,
     pos: usize,
     module: Module,
+    /// How deep the type being read nests (types are read recursively).
+    type_depth: usize,
 }
+
+/// The deepest nesting of a type the parser reads: far beyond any type a program
+/// declares or a derivation makes, and shallow enough for any thread's stack.
+const MAX_TYPE_DEPTH: usize = 256;
 
 /// Per-function name tables.
 #[derive(Default)]
@@ -345,6 +351,16 @@ impl Parser {
     }
 
     fn ty(&mut self) -> Result<TypeId, ParseError> {
+        if self.type_depth >= MAX_TYPE_DEPTH {
+            return self.error(format!("a type nests deeper than {MAX_TYPE_DEPTH} levels"));
+        }
+        self.type_depth += 1;
+        let ty = self.type_inner();
+        self.type_depth -= 1;
+        ty
+    }
+
+    fn type_inner(&mut self) -> Result<TypeId, ParseError> {
         if self.eat("(") {
             let mut items = Vec::new();
             while !self.eat(")") {

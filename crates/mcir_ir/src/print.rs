@@ -20,36 +20,11 @@ use std::fmt::Write;
 /// Prints a whole module: struct declarations, then every function.
 pub fn print_module(module: &Module) -> String {
     let mut out = String::new();
-    for (_, def) in module.types.structs() {
-        if def.mutable {
-            out.push_str("mut ");
-        }
-        let _ = write!(out, "struct {} {{", def.name);
-        for (i, (name, ty)) in def.fields.iter().enumerate() {
-            let sep = if i == 0 { " " } else { ", " };
-            let _ = write!(out, "{sep}{name}: {}", module.types.display(*ty));
-        }
-        out.push_str(if def.fields.is_empty() { "}\n" } else { " }\n" });
+    for (id, _) in module.types.structs() {
+        out.push_str(&print_struct(&module.types, id));
     }
     for r in &module.rules {
-        let name = |f: FuncId| module.funcs.get(f).map(|f| f.name.as_str()).unwrap_or("?");
-        let _ = match &r.kind {
-            RuleKind::Reverse { rule, pullback: closure }
-            | RuleKind::Forward { rule, pushforward: closure } => {
-                writeln!(
-                    out,
-                    "rule {} @{} = @{}, @{}",
-                    r.kind.word(),
-                    name(r.func),
-                    name(*rule),
-                    name(*closure)
-                )
-            }
-            RuleKind::Zero => writeln!(out, "rule zero @{}", name(r.func)),
-            RuleKind::Checkpoint { inner } => {
-                writeln!(out, "rule checkpoint @{} = @{}", name(r.func), name(*inner))
-            }
-        };
+        out.push_str(&print_rule(module, r));
     }
     for (i, (_, func)) in module.funcs.iter().enumerate() {
         if i > 0 || module.types.structs().next().is_some() || !module.rules.is_empty() {
@@ -58,6 +33,34 @@ pub fn print_module(module: &Module) -> String {
         out.push_str(&print_function(module, func));
     }
     out
+}
+
+/// Prints the declaration of a struct, as [`print_module`] does: one line.
+pub fn print_struct(types: &TypeTable, id: crate::types::StructId) -> String {
+    let def = types.struct_def(id);
+    let mut out = String::new();
+    if def.mutable {
+        out.push_str("mut ");
+    }
+    let _ = write!(out, "struct {} {{", def.name);
+    for (i, (name, ty)) in def.fields.iter().enumerate() {
+        let sep = if i == 0 { " " } else { ", " };
+        let _ = write!(out, "{sep}{name}: {}", types.display(*ty));
+    }
+    out.push_str(if def.fields.is_empty() { "}\n" } else { " }\n" });
+    out
+}
+
+/// Prints a hand-written rule's declaration, as [`print_module`] does: one line.
+pub fn print_rule(module: &Module, r: &CustomRule) -> String {
+    let name = |f: FuncId| module.funcs.get(f).map(|f| f.name.as_str()).unwrap_or("?");
+    match &r.kind {
+        RuleKind::Reverse { rule, pullback: closure } | RuleKind::Forward { rule, pushforward: closure } => {
+            format!("rule {} @{} = @{}, @{}\n", r.kind.word(), name(r.func), name(*rule), name(*closure))
+        }
+        RuleKind::Zero => format!("rule zero @{}\n", name(r.func)),
+        RuleKind::Checkpoint { inner } => format!("rule checkpoint @{} = @{}\n", name(r.func), name(*inner)),
+    }
 }
 
 /// Prints one function of `module`.
