@@ -327,7 +327,7 @@ enum Stage {
 
 /// Runs `mcc` with `args` (the first is the program name), reading `-` from `stdin`.
 /// The command runs on a thread with a large stack (see `COMMAND_STACK`).
-pub fn run(args: Vec<OsString>, stdin: &mut dyn Read) -> Outcome {
+pub fn run(args: Vec<OsString>, stdin: &mut (dyn Read + Send)) -> Outcome {
     // A GradBench session talks on stdin and stdout as it goes, line by line.
     if args.get(1).is_some_and(|a| a == "gradbench") {
         return gradbench::run(&args, stdin);
@@ -344,42 +344,17 @@ pub fn run(args: Vec<OsString>, stdin: &mut dyn Read) -> Outcome {
             };
         }
     };
-    // The program comes from stdin: read here (bounded), handed to the command's thread.
-    let mut input = Vec::new();
-    if let Some(common) = cli.command.common().filter(|c| c.file == "-") {
-        match read_bounded(stdin, common.max_input, "the program on stdin", false) {
-            Ok(bytes) => input = bytes,
-            Err(outcome) => return outcome,
-        }
-    }
-    let worker = std::thread::Builder::new()
-        .name("mcc".into())
-        .stack_size(COMMAND_STACK)
-        .spawn(move || run_here(cli, &mut input.as_slice()));
-    match worker.map(|h| h.join()) {
+    // The command reads stdin itself (a chunk at a time, up to --max-input), on its thread.
+    let worker = std::thread::scope(|scope| {
+        let thread = std::thread::Builder::new().name("mcc".into()).stack_size(COMMAND_STACK);
+        thread.spawn_scoped(scope, move || run_here(cli, stdin)).map(|h| h.join())
+    });
+    match worker {
         Ok(Ok(outcome)) => outcome,
         Ok(Err(_)) => {
             Outcome { code: 1, stdout: String::new(), stderr: "error: internal error: mcc panicked\n".into() }
         }
         Err(_) => Outcome::usage("cannot start a thread to run the command"),
-    }
-}
-
-impl Command {
-    /// The options every command but `gradbench` takes.
-    fn common(&self) -> Option<&Common> {
-        match self {
-            Command::Run { common, .. }
-            | Command::Ir { common, .. }
-            | Command::Check { common, .. }
-            | Command::Bench { common, .. }
-            | Command::Jvp { common, .. }
-            | Command::Jacobian { common, .. }
-            | Command::Hessian { common, .. }
-            | Command::Hvp { common, .. }
-            | Command::Grad { common, .. } => Some(common),
-            Command::Gradbench { .. } => None,
-        }
     }
 }
 
@@ -431,10 +406,30 @@ fn run_here(cli: Cli, stdin: &mut dyn Read) -> Outcome {
 /// control character other than whitespace): memory stays bounded whatever the input.
 fn read_bounded(reader: &mut dyn Read, limit: u64, what: &str, json: bool) -> Result<Vec<u8>, Outcome> {
     let mut buf = Vec::new();
+    read_into(&mut buf, reader, limit, what, json)?;
+    Ok(buf)
+}
+
+/// [`read_bounded`] of a file: its buffer is allocated once when the file says its size.
+fn read_file_bounded(path: &str, limit: u64, what: &str, json: bool) -> Result<Vec<u8>, Outcome> {
+    let mut f = std::fs::File::open(path).map_err(|e| Outcome::usage(format!("cannot read {what}: {e}")))?;
+    let size = f.metadata().map(|m| m.len()).unwrap_or(0).min(limit.saturating_add(1));
+    let mut buf = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    read_into(&mut buf, &mut f, limit, what, json)?;
+    Ok(buf)
+}
+
+fn read_into(
+    buf: &mut Vec<u8>,
+    reader: &mut dyn Read,
+    limit: u64,
+    what: &str,
+    json: bool,
+) -> Result<(), Outcome> {
     let mut chunk = vec![0u8; 1 << 16];
     loop {
         let n = match reader.read(&mut chunk) {
-            Ok(0) => return Ok(buf),
+            Ok(0) => return Ok(()),
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(Outcome::usage(format!("cannot read {what}: {e}"))),
@@ -453,6 +448,12 @@ fn read_bounded(reader: &mut dyn Read, limit: u64, what: &str, json: bool) -> Re
                 "{what} is longer than {limit} bytes, the limit set by --max-input"
             )));
         }
+        if buf.capacity() - buf.len() < n {
+            // Doubling, but never past the limit: memory stays within it.
+            let ceiling = usize::try_from(limit).unwrap_or(usize::MAX).saturating_add(1);
+            let want = (buf.capacity() * 2).max(buf.len() + n).min(ceiling);
+            buf.reserve_exact(want.saturating_sub(buf.len()).max(n));
+        }
         buf.extend_from_slice(&chunk[..n]);
     }
 }
@@ -462,9 +463,7 @@ fn read_program(file: &str, limit: u64, stdin: &mut dyn Read) -> Result<(String,
     let (name, bytes) = if file == "-" {
         ("<stdin>".to_string(), read_bounded(stdin, limit, "the program on stdin", false)?)
     } else {
-        let mut f =
-            std::fs::File::open(file).map_err(|e| Outcome::usage(format!("cannot read `{file}`: {e}")))?;
-        (file.to_string(), read_bounded(&mut f, limit, &format!("`{file}`"), false)?)
+        (file.to_string(), read_file_bounded(file, limit, &format!("`{file}`"), false)?)
     };
     match String::from_utf8(bytes) {
         Ok(text) => Ok((name, text)),
@@ -484,11 +483,7 @@ fn read_program(file: &str, limit: u64, stdin: &mut dyn Read) -> Result<(String,
 /// (at most `limit` bytes).
 fn read_json_arg(flag: &str, text: &str, limit: u64) -> Result<String, Outcome> {
     let bytes = match text.strip_prefix('@') {
-        Some(path) => {
-            let mut f = std::fs::File::open(path)
-                .map_err(|e| Outcome::usage(format!("cannot read {flag} file `{path}`: {e}")))?;
-            read_bounded(&mut f, limit, &format!("the {flag} file `{path}`"), true)?
-        }
+        Some(path) => read_file_bounded(path, limit, &format!("the {flag} file `{path}`"), true)?,
         None if text.len() as u64 > limit => {
             return Err(Outcome::usage(format!(
                 "{flag} is longer than {limit} bytes, the limit set by --max-input"
