@@ -7,7 +7,14 @@ use mcir_ir::{FuncId, Module, Scalar, Type, TypeId, TypeTable};
 use serde_json::Value as Json;
 
 /// Parses a JSON array of arguments for `func` and checks it against the parameters.
+///
+/// The text is decoded straight into values of the parameters' types, so a large array
+/// takes its elements' size in memory and not that of a JSON tree (about four times
+/// more). Text that does not fit is parsed again as a tree to say exactly what is wrong.
 pub fn decode_args(module: &Module, func: FuncId, text: &str) -> Result<Vec<Val>, ArgError> {
+    if let Ok(args) = typed::decode_args(&module.types, &module.funcs[func].params, text) {
+        return Ok(args);
+    }
     let json: Json = serde_json::from_str(text)
         .map_err(|e| ArgError { message: format!("the arguments are not valid JSON: {e}") })?;
     decode_arg_list(module, func, &json)
@@ -238,4 +245,252 @@ pub fn encode(module: &Module, ty: TypeId, v: &Val) -> String {
     let mut out = String::new();
     write_value(&mut out, &module.types, ty, v);
     out
+}
+
+/// Decoding JSON text straight into values of known types (see [`decode_args`]).
+mod typed {
+    use mcir_interp::{Array, ArrayData, Val};
+    use mcir_ir::{Scalar, Type, TypeId, TypeTable};
+    use serde::de::{DeserializeSeed, Deserializer, Error as _, IgnoredAny, MapAccess, SeqAccess, Visitor};
+    use std::fmt;
+
+    /// The arguments of a function with parameters `params`, from `text`; any error
+    /// means only that the text does not fit (the caller finds out how).
+    pub(super) fn decode_args(types: &TypeTable, params: &[TypeId], text: &str) -> Result<Vec<Val>, ()> {
+        let mut de = serde_json::Deserializer::from_str(text);
+        let args = Args { types, params }.deserialize(&mut de).map_err(|_| ())?;
+        de.end().map_err(|_| ())?;
+        Ok(args)
+    }
+
+    struct Args<'a> {
+        types: &'a TypeTable,
+        params: &'a [TypeId],
+    }
+
+    impl<'de> DeserializeSeed<'de> for Args<'_> {
+        type Value = Vec<Val>;
+
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Vec<Val>, D::Error> {
+            d.deserialize_seq(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Args<'_> {
+        type Value = Vec<Val>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("an array of arguments")
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Val>, A::Error> {
+            let mut out = Vec::with_capacity(self.params.len());
+            for &ty in self.params {
+                let v = seq.next_element_seed(Value { types: self.types, ty })?;
+                out.push(v.ok_or_else(|| A::Error::custom("too few arguments"))?);
+            }
+            if seq.next_element::<IgnoredAny>()?.is_some() {
+                return Err(A::Error::custom("too many arguments"));
+            }
+            Ok(out)
+        }
+    }
+
+    /// A value of type `ty`.
+    struct Value<'a> {
+        types: &'a TypeTable,
+        ty: TypeId,
+    }
+
+    impl<'de> DeserializeSeed<'de> for Value<'_> {
+        type Value = Val;
+
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Val, D::Error> {
+            let Some(t) = self.types.try_get(self.ty) else { return Err(D::Error::custom("unknown type")) };
+            match t {
+                Type::Scalar(s) => d.deserialize_any(ScalarOf(*s)),
+                Type::Array { elem, rank } => {
+                    let mut shape = vec![None; *rank as usize];
+                    let mut data = match elem {
+                        Scalar::F64 => ArrayData::F64(Vec::new()),
+                        Scalar::I64 => ArrayData::I64(Vec::new()),
+                        Scalar::Bool => ArrayData::Bool(Vec::new()),
+                    };
+                    Level { elem: *elem, depth: 0, shape: &mut shape, data: &mut data }.deserialize(d)?;
+                    // An empty level leaves the extents below it unknown: zero.
+                    let shape: Vec<usize> = shape.into_iter().map(|e| e.unwrap_or(0)).collect();
+                    Ok(Val::Array(Array::new(shape, data)))
+                }
+                Type::Ref(inner) => Ok(Val::new_ref(Value { types: self.types, ty: *inner }.deserialize(d)?)),
+                Type::Stack(_) => Err(D::Error::custom("a stack cannot be given as JSON")),
+                Type::Tuple(items) => d.deserialize_seq(Fields { types: self.types, items }),
+                Type::Struct(_) => d.deserialize_map(Record { types: self.types, ty: self.ty }),
+            }
+        }
+    }
+
+    /// A scalar: a number (or `"NaN"`, `"Infinity"`, `"-Infinity"` for `f64`), a bool.
+    struct ScalarOf(Scalar);
+
+    impl<'de> Visitor<'de> for ScalarOf {
+        type Value = Val;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a scalar")
+        }
+
+        fn visit_f64<E: serde::de::Error>(self, x: f64) -> Result<Val, E> {
+            match self.0 {
+                Scalar::F64 => Ok(Val::F64(x)),
+                _ => Err(E::custom("not an integer")),
+            }
+        }
+
+        fn visit_i64<E: serde::de::Error>(self, x: i64) -> Result<Val, E> {
+            match self.0 {
+                Scalar::F64 => Ok(Val::F64(x as f64)),
+                Scalar::I64 => Ok(Val::I64(x)),
+                Scalar::Bool => Err(E::custom("not a bool")),
+            }
+        }
+
+        fn visit_u64<E: serde::de::Error>(self, x: u64) -> Result<Val, E> {
+            match self.0 {
+                Scalar::F64 => Ok(Val::F64(x as f64)),
+                Scalar::I64 => i64::try_from(x).map(Val::I64).map_err(|_| E::custom("too large")),
+                Scalar::Bool => Err(E::custom("not a bool")),
+            }
+        }
+
+        fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<Val, E> {
+            match self.0 {
+                Scalar::Bool => Ok(Val::Bool(b)),
+                _ => Err(E::custom("not a number")),
+            }
+        }
+
+        fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Val, E> {
+            match (self.0, s) {
+                (Scalar::F64, "NaN") => Ok(Val::F64(f64::NAN)),
+                (Scalar::F64, "Infinity") => Ok(Val::F64(f64::INFINITY)),
+                (Scalar::F64, "-Infinity") => Ok(Val::F64(f64::NEG_INFINITY)),
+                _ => Err(E::custom("not a number")),
+            }
+        }
+    }
+
+    /// One level of a nested array: its items, all of the extent the first had.
+    struct Level<'s> {
+        elem: Scalar,
+        depth: usize,
+        shape: &'s mut [Option<usize>],
+        data: &'s mut ArrayData,
+    }
+
+    impl<'de> DeserializeSeed<'de> for Level<'_> {
+        type Value = ();
+
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            if self.depth == self.shape.len() {
+                let v = d.deserialize_any(ScalarOf(self.elem))?;
+                match (self.data, v) {
+                    (ArrayData::F64(out), Val::F64(x)) => out.push(x),
+                    (ArrayData::I64(out), Val::I64(x)) => out.push(x),
+                    (ArrayData::Bool(out), Val::Bool(x)) => out.push(x),
+                    _ => return Err(D::Error::custom("wrong element")),
+                }
+                return Ok(());
+            }
+            d.deserialize_seq(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Level<'_> {
+        type Value = ();
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("an array")
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            let mut count = 0usize;
+            loop {
+                let level =
+                    Level { elem: self.elem, depth: self.depth + 1, shape: self.shape, data: self.data };
+                if seq.next_element_seed(level)?.is_none() {
+                    break;
+                }
+                count += 1;
+            }
+            match self.shape[self.depth] {
+                Some(n) if n != count => Err(A::Error::custom("ragged")),
+                // Below an empty level nothing was seen: an extent seen later elsewhere
+                // (`[[], [1.0]]`) is ragged too.
+                _ if count == 0 && self.shape[self.depth + 1..].iter().any(|e| e.is_some_and(|n| n > 0)) => {
+                    Err(A::Error::custom("ragged"))
+                }
+                _ => {
+                    self.shape[self.depth] = Some(count);
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    /// The items of a tuple.
+    struct Fields<'a> {
+        types: &'a TypeTable,
+        items: &'a [TypeId],
+    }
+
+    impl<'de> Visitor<'de> for Fields<'_> {
+        type Value = Val;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a tuple")
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Val, A::Error> {
+            let mut out = Vec::with_capacity(self.items.len());
+            for &ty in self.items {
+                let v = seq.next_element_seed(Value { types: self.types, ty })?;
+                out.push(v.ok_or_else(|| A::Error::custom("too few items"))?);
+            }
+            if seq.next_element::<IgnoredAny>()?.is_some() {
+                return Err(A::Error::custom("too many items"));
+            }
+            Ok(Val::Agg(out.into()))
+        }
+    }
+
+    /// The fields of a struct, each given once, none unknown.
+    struct Record<'a> {
+        types: &'a TypeTable,
+        ty: TypeId,
+    }
+
+    impl<'de> Visitor<'de> for Record<'_> {
+        type Value = Val;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a struct")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Val, A::Error> {
+            let Some((_, def)) = self.types.as_struct(self.ty) else {
+                return Err(A::Error::custom("not a struct"));
+            };
+            let mut fields: Vec<Option<Val>> = vec![None; def.fields.len()];
+            while let Some(name) = map.next_key::<String>()? {
+                let Some(k) = def.field_index(&name) else { return Err(A::Error::custom("unknown field")) };
+                if fields[k].is_some() {
+                    return Err(A::Error::custom("a field given twice"));
+                }
+                fields[k] = Some(map.next_value_seed(Value { types: self.types, ty: def.fields[k].1 })?);
+            }
+            let fields: Option<Vec<Val>> = fields.into_iter().collect();
+            let fields = fields.ok_or_else(|| A::Error::custom("a field is missing"))?;
+            Ok(if def.mutable { Val::new_mut(fields) } else { Val::Agg(fields.into()) })
+        }
+    }
 }

@@ -23,8 +23,15 @@
 //!
 //! `define` compiles the program and the functions it names (the time is reported as a
 //! `compile` timing); `evaluate` converts the input (a `prepare` timing), then calls the
-//! compiled code at least `min_runs` times and until `min_seconds` have passed, one
-//! `evaluate` timing per call, on the same buffers each time.
+//! compiled code at least `min_runs` times and until `min_seconds` have passed (at most
+//! 100 000 times), one `evaluate` timing per call, on the same buffers each time.
+//!
+//! Every line gets one response line, and the session goes on: a line that is not a
+//! message (not UTF-8, not a JSON object, longer than `--max-input`) gets an error
+//! response with a null id; a blank line is skipped. Numbers that JSON cannot write go
+//! out, and may come in, as the strings `mcc run` uses: `"NaN"`, `"Infinity"`,
+//! `"-Infinity"`. A module is a name (letters, digits, `_`, `-`), read as `MODULE.mcir`
+//! in `--dir`; defining it again frees the old one.
 
 use serde_json::{json, Value as Json};
 use std::collections::HashMap;
@@ -52,11 +59,14 @@ pub struct Options {
     pub generic: bool,
     /// The longest message (line) read: a longer one gets an error response.
     pub max_input: u64,
+    /// How long one call of an eval function may run (none by default); a call that
+    /// runs longer fails, and the session goes on.
+    pub timeout: Option<std::time::Duration>,
 }
 
 impl Default for Options {
     fn default() -> Options {
-        Options { dir: None, generic: false, max_input: crate::DEFAULT_MAX_INPUT }
+        Options { dir: None, generic: false, max_input: crate::DEFAULT_MAX_INPUT, timeout: None }
     }
 }
 
@@ -150,6 +160,8 @@ struct Entry {
     name: String,
     id: mcir::FuncId,
     kinds: Vec<mcir::ArgKind>,
+    /// The limits calls run under (`--timeout`).
+    limits: mcir::Limits,
     generic: bool,
     /// Whether the result is an array (else an `f64`).
     returns_array: bool,
@@ -181,6 +193,7 @@ impl Entry {
             let mut prepared = program
                 .shared_function(&self.name)
                 .map_err(|e| e.to_string())?
+                .with_limits(self.limits.clone())
                 .with_kinds(&self.kinds)
                 .prepare()
                 .map_err(|e| e.to_string())?;
@@ -313,6 +326,19 @@ fn read_line(input: &mut dyn BufRead, line: &mut Vec<u8>, limit: u64) -> std::io
     }
 }
 
+/// A number from JSON, or one of the strings `mcc run` reads for the non-finite ones.
+fn real(value: &Json) -> Option<f64> {
+    match value {
+        Json::String(s) => match s.as_str() {
+            "NaN" => Some(f64::NAN),
+            "Infinity" => Some(f64::INFINITY),
+            "-Infinity" => Some(f64::NEG_INFINITY),
+            _ => None,
+        },
+        v => v.as_f64(),
+    }
+}
+
 /// A number as JSON; the non-finite ones as the strings `mcc run` prints (`"NaN"`,
 /// `"Infinity"`, `"-Infinity"`), since JSON has no numbers for them.
 fn number(x: f64) -> Json {
@@ -328,11 +354,16 @@ fn number(x: f64) -> Json {
 }
 
 fn respond(message: &Json, modules: &mut HashMap<String, Module>, options: &Options) -> Json {
+    if !message.is_object() {
+        return json!({"id": null, "success": false, "error": "a message is a JSON object"});
+    }
     let id = message.get("id").cloned().unwrap_or(Json::Null);
     match message.get("kind").and_then(|k| k.as_str()) {
         Some("start") => json!({"id": id, "tool": "mcir", "config": {"version": env!("CARGO_PKG_VERSION")}}),
         Some("define") => {
-            let name = message.get("module").and_then(|m| m.as_str()).unwrap_or("");
+            let Some(name) = message.get("module").and_then(|m| m.as_str()) else {
+                return json!({"id": id, "success": false, "error": "`define` needs a module name, a string"});
+            };
             let start = Instant::now();
             match define(name, options) {
                 Ok(m) => {
@@ -427,6 +458,8 @@ fn define(name: &str, options: &Options) -> Result<Module, String> {
             .map(|p| if wrt.contains(&p.name) { mcir::ArgKind::Active } else { mcir::ArgKind::Const })
             .collect();
         let returns_array = f.ret.is_some_and(|r| types.as_array(r).is_some());
+        let limits = mcir::Limits { timeout: options.timeout, ..Default::default() };
+        let function = function.with_limits(limits.clone());
         let mut prepared = function.with_kinds(&kinds).prepare().map_err(|e| format!("{file}: {e}"))?;
         if matches!(computes, Computes::Gradient(..)) {
             prepared.compile_gradient().map_err(|e| format!("{file}: {e}"))?;
@@ -442,6 +475,7 @@ fn define(name: &str, options: &Options) -> Result<Module, String> {
                 name: fname.clone(),
                 id,
                 kinds,
+                limits,
                 generic: options.generic,
                 returns_array,
             },
@@ -459,10 +493,10 @@ fn buffer(param: &Param, input: &Json, single: bool) -> Result<Buffer, String> {
     };
     let bad = || format!("field `{}` does not fit {:?}", param.name, param.kind);
     Ok(match param.kind {
-        ParamKind::F64 => Buffer::F64(value.as_f64().ok_or_else(bad)?),
+        ParamKind::F64 => Buffer::F64(real(value).ok_or_else(bad)?),
         ParamKind::I64 => Buffer::I64(value.as_i64().ok_or_else(bad)?),
         ParamKind::F64Array(rank) => {
-            let (data, shape) = flatten(value, rank, &|v| v.as_f64()).ok_or_else(bad)?;
+            let (data, shape) = flatten(value, rank, &real).ok_or_else(bad)?;
             Buffer::F64Array(data, shape)
         }
         ParamKind::I64Array(rank) => {
@@ -522,10 +556,29 @@ fn nest(data: &[f64], shape: &[usize]) -> Json {
     }
 }
 
+/// The most runs of one `evaluate`, each a timing in the response: a bound on its
+/// length, and on the time a message may ask for with a tiny function.
+const MAX_RUNS: u64 = 100_000;
+
+/// The longest `min_seconds` an `evaluate` may ask for.
+const MAX_SECONDS: f64 = 3600.0;
+
 /// Runs an eval function on `input` as many times as asked; its output and timings.
 fn evaluate(entry: &mut Entry, input: &Json) -> Result<(Json, Vec<Json>), String> {
-    let min_runs = input.get("min_runs").and_then(|v| v.as_u64()).unwrap_or(1).max(1);
-    let min_seconds = input.get("min_seconds").and_then(|v| v.as_f64()).unwrap_or(0.0);
+    let min_runs = match input.get("min_runs") {
+        None => 1,
+        Some(v) => match v.as_u64() {
+            Some(n) if n <= MAX_RUNS => n.max(1),
+            _ => return Err(format!("`min_runs` must be a whole number from 0 to {MAX_RUNS}")),
+        },
+    };
+    let min_seconds = match input.get("min_seconds") {
+        None => 0.0,
+        Some(v) => match v.as_f64() {
+            Some(t) if (0.0..=MAX_SECONDS).contains(&t) => t,
+            _ => return Err(format!("`min_seconds` must be a number of seconds from 0 to {MAX_SECONDS}")),
+        },
+    };
     let prepare = Instant::now();
     let single = entry.params.len() == 1;
     let mut buffers: Vec<Buffer> =
@@ -584,7 +637,8 @@ fn evaluate(entry: &mut Entry, input: &Json) -> Result<(Json, Vec<Json>), String
         timings.push(json!({"name": "evaluate", "nanoseconds": ns}));
         total += ns as f64 * 1e-9;
         runs += 1;
-        if runs >= min_runs && total >= min_seconds {
+        // Enough runs and time, or as many runs as one response reports.
+        if (runs >= min_runs && total >= min_seconds) || runs >= MAX_RUNS {
             break out;
         }
     };
@@ -625,18 +679,26 @@ pub fn run(args: &[std::ffi::OsString], stdin: &mut dyn std::io::Read) -> crate:
                 None => return crate::Outcome::usage("--dir needs a directory"),
             },
             Some("--generic") => options.generic = true,
+            Some("--timeout") => match it.next().and_then(|n| n.to_str()).and_then(|n| n.parse::<f64>().ok()) {
+                Some(t) if t > 0.0 && t.is_finite() && t < 1e9 => {
+                    options.timeout = Some(std::time::Duration::from_secs_f64(t))
+                }
+                _ => return crate::Outcome::usage("--timeout needs a positive number of seconds"),
+            },
             Some("--max-input") => match it.next().and_then(|n| n.to_str()).and_then(|n| n.parse().ok()) {
                 Some(n) => options.max_input = n,
                 None => return crate::Outcome::usage("--max-input needs a number of bytes"),
             },
             Some("-h" | "--help") => {
                 return crate::Outcome::ok(
-                    "mcc gradbench [--dir DIR] [--generic] [--max-input BYTES]: a GradBench tool; it \
+                    "mcc gradbench [--dir DIR] [--generic] [--max-input BYTES] [--timeout SECONDS]: a GradBench tool; it \
                      speaks GradBench's protocol on standard input and output. Each function is \
                      compiled at `define`, and again for the shapes of the first input of each shape \
                      it is evaluated on (timed as `specialise`), unless --generic. A module is \
                      MODULE.mcir in DIR (default: the built-in programs). A message longer than \
-                     BYTES (default 268435456) gets an error response.\n"
+                     BYTES (default 268435456) gets an error response; so does a call that runs \
+                     longer than SECONDS (default: no limit). One evaluate runs at most 100000 \
+                     times and asks for at most 3600 seconds.\n"
                         .to_string(),
                 )
             }

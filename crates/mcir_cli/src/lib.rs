@@ -285,6 +285,10 @@ enum Command {
         /// (default 268435456, 256 MiB).
         #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_INPUT)]
         max_input: u64,
+        /// Stop a call of an eval function that runs longer than this many seconds (its
+        /// response is an error; the session goes on).
+        #[arg(long, value_name = "SECONDS")]
+        timeout: Option<f64>,
     },
     /// Print the IR of the program (or of one function with --fn).
     Ir {
@@ -820,7 +824,7 @@ fn cmd_ir(
     stdin: &mut dyn Read,
 ) -> Outcome {
     let IrView { stage, opt, native } = view;
-    if common.file.ends_with(".ir") {
+    if common.file.to_ascii_lowercase().ends_with(".ir") {
         let plain = stage == Stage::Primal && !opt && !native && shapes_of.is_none();
         if !plain || common.func.is_some() || !kinds.constant.is_empty() || !kinds.cache.is_empty() {
             return Outcome::usage(

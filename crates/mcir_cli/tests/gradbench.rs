@@ -151,3 +151,39 @@ fn modules_are_names_inside_the_directory() {
     }
     std::fs::remove_dir_all(outside).unwrap();
 }
+
+#[test]
+fn evaluations_are_bounded_in_runs_and_time() {
+    let program = "// gradbench: primal = value f\n// gradbench: stuck = value spin\n\
+                   fn f(x: f64) -> f64 { return x * 2.0; }\n\
+                   fn spin(x: f64) -> f64 { let mut s = x; while s > -1.0 { s += 1.0; } return s; }\n";
+    let dir = module_dir("bounded", &[("edge", program)]);
+    let options = mcir_cli::gradbench::Options {
+        dir: Some(dir.clone()),
+        timeout: Some(std::time::Duration::from_millis(200)),
+        ..Default::default()
+    };
+    let messages = [
+        r#"{"id": 1, "kind": "define", "module": "edge"}"#,
+        r#"{"id": 2, "kind": "evaluate", "module": "edge", "function": "stuck", "input": 1.0}"#,
+        r#"{"id": 3, "kind": "evaluate", "module": "edge", "function": "primal", "input": {"x": 1, "min_runs": 3000000000}}"#,
+        r#"{"id": 4, "kind": "evaluate", "module": "edge", "function": "primal", "input": {"x": 1, "min_seconds": 1e20}}"#,
+        r#"{"id": 5, "kind": "evaluate", "module": "edge", "function": "primal", "input": {"x": "Infinity", "min_runs": 3}}"#,
+        r#"[1, 2, 3]"#,
+        r#"{"id": 6, "kind": "define", "module": 5}"#,
+    ];
+    let responses = session(messages.join("\n").as_bytes(), &options);
+    assert_eq!(responses.len(), messages.len(), "{responses:?}");
+    let error = |k: usize| responses[k]["error"].as_str().unwrap_or("").to_string();
+    assert_eq!(responses[0]["success"], Json::Bool(true), "{}", responses[0]);
+    assert!(error(1).contains("timed out after 0.200 s"), "{}", responses[1]);
+    assert!(error(2).contains("`min_runs` must be"), "{}", responses[2]);
+    assert!(error(3).contains("`min_seconds` must be"), "{}", responses[3]);
+    assert_eq!(responses[4]["output"], Json::from("Infinity"), "{}", responses[4]);
+    let evaluations =
+        responses[4]["timings"].as_array().unwrap().iter().filter(|t| t["name"] == "evaluate").count();
+    assert_eq!(evaluations, 3, "{}", responses[4]);
+    assert!(error(5).contains("a message is a JSON object"), "{}", responses[5]);
+    assert!(error(6).contains("needs a module name"), "{}", responses[6]);
+    std::fs::remove_dir_all(dir).unwrap();
+}
