@@ -28,8 +28,13 @@ use crate::grad::Differentiated;
 use crate::{AdOptions, Limits, Program, RuntimeError, Val};
 use mcir_ad::tangent::has_tangent;
 use mcir_ir::{FuncId, TypeTable};
+use smallvec::SmallVec;
 use std::fmt;
 use std::sync::Arc;
+
+/// Arguments, shadows and gradient slots a prepared call keeps on the stack: a call with
+/// more allocates for them.
+const INLINE_ARGS: usize = 16;
 
 pub use mcir_jit::RawArg as Arg;
 
@@ -442,7 +447,8 @@ impl Prepared<'_> {
         let Some((jit, tf)) = &self.tangent else {
             return Err(ApiError::Derive("no tangent function".into()));
         };
-        let mut all: Vec<Arg<'_>> = args.iter_mut().chain(tangents.iter_mut()).map(reborrow).collect();
+        let mut all: SmallVec<[Arg<'_>; INLINE_ARGS]> =
+            args.iter_mut().chain(tangents.iter_mut()).map(reborrow).collect();
         jit.call_raw(&mut self.tangent_workspace, *tf, &mut all, &self.function.limits, |r| {
             (r.field(0).f64(), r.field(1).f64())
         })
@@ -574,12 +580,12 @@ impl Prepared<'_> {
             self.scratch.resize_with(scratch_needed, Vec::new);
         }
         let mut scratch = self.scratch.iter_mut();
-        let mut all: Vec<Arg<'_>> = Vec::with_capacity(2 * args.len() + 1);
+        let mut all: SmallVec<[Arg<'_>; INLINE_ARGS]> = SmallVec::new();
         all.extend(args.iter_mut().map(reborrow));
         let n_args = all.len();
         all.push(Arg::F64(1.0));
         // The driver returns (value, one f64 per f64 parameter that is not constant).
-        let mut rdata: Vec<Option<&mut f64>> = Vec::new();
+        let mut rdata: SmallVec<[Option<&mut f64>; INLINE_ARGS]> = SmallVec::new();
         for (i, slot) in grads.iter_mut().enumerate() {
             if params[i] == TypeTable::F64 && !constant[i] {
                 rdata.push(match slot {
