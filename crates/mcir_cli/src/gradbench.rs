@@ -24,7 +24,10 @@
 //! `define` compiles the program and the functions it names (the time is reported as a
 //! `compile` timing); `evaluate` converts the input (a `prepare` timing), then calls the
 //! compiled code at least `min_runs` times and until `min_seconds` have passed (at most
-//! 100 000 times), one `evaluate` timing per call, on the same buffers each time.
+//! 100 000 times), one `evaluate` timing per call, on the same buffers each time (put
+//! back to the input, untimed, before each run of a function that may write them). An
+//! eval function returns an `f64` or an `f64` array; code specialised for the shapes of
+//! its inputs is kept for its last 32 shapes.
 //!
 //! Every line gets one response line, and the session goes on: a line that is not a
 //! message (not UTF-8, not a JSON object, longer than `--max-input`) gets an error
@@ -120,11 +123,21 @@ fn directives(text: &str) -> Result<Vec<(String, Computes)>, String> {
                 } else {
                     Wrt::One(spec)
                 };
+                if wrt.names().is_empty() {
+                    return Err(format!("`{line}`: the gradient is with respect to no parameter"));
+                }
                 Computes::Gradient(f.to_string(), wrt)
             }
             _ => return Err(format!("`{line}`: expected `value F` or `gradient F WRT`")),
         };
-        out.push((name.trim().to_string(), computes));
+        let name = name.trim().to_string();
+        if name.is_empty() {
+            return Err(format!("`{line}`: the eval function has no name"));
+        }
+        if out.iter().any(|(n, _)| *n == name) {
+            return Err(format!("`{line}`: the eval function `{name}` is named twice"));
+        }
+        out.push((name, computes));
     }
     Ok(out)
 }
@@ -153,6 +166,8 @@ struct Entry {
     /// Compiled for the shapes of an input (`mcir::Program::specialised`), the first
     /// time an input of those shapes comes, unless the session runs generic code.
     specialised: HashMap<Vec<Vec<usize>>, mcir::Prepared<'static>>,
+    /// The shapes of `specialised`, oldest first.
+    shape_order: Vec<Vec<Vec<usize>>>,
     /// Shared with the handles, which keep it alive: a module redefined or dropped
     /// frees its programs with its entries.
     program: Arc<mcir::Program>,
@@ -179,6 +194,13 @@ impl Entry {
         }
         let mut took = None;
         if !self.specialised.contains_key(shapes) {
+            // Code for a bounded number of shapes is kept: the oldest goes first.
+            if self.specialised.len() >= MAX_SHAPES {
+                if let Some(oldest) = self.shape_order.first().cloned() {
+                    self.specialised.remove(&oldest);
+                    self.shape_order.remove(0);
+                }
+            }
             let start = Instant::now();
             let id = self.id;
             let fixed: Vec<Option<Vec<usize>>> = self
@@ -201,6 +223,7 @@ impl Entry {
                 prepared.compile_gradient().map_err(|e| e.to_string())?;
             }
             self.specialised.insert(shapes.to_vec(), prepared);
+            self.shape_order.push(shapes.to_vec());
             took = Some(start.elapsed().as_nanos() as u64);
         }
         let code = self.specialised.get_mut(shapes).ok_or("no specialised code")?;
@@ -214,6 +237,7 @@ struct Module {
 }
 
 /// A runtime buffer for one argument.
+#[derive(Clone)]
 enum Buffer {
     F64(f64),
     I64(i64),
@@ -377,12 +401,13 @@ fn respond(message: &Json, modules: &mut HashMap<String, Module>, options: &Opti
         Some("evaluate") => {
             let module = message.get("module").and_then(|m| m.as_str()).unwrap_or("");
             let function = message.get("function").and_then(|f| f.as_str()).unwrap_or("");
-            let input = message.get("input").cloned().unwrap_or(Json::Null);
+            // Read in place: an input may be most of a large message.
+            let input = message.get("input").unwrap_or(&Json::Null);
             let result = match modules.get_mut(module) {
                 None => Err(format!("module `{module}` is not defined")),
                 Some(m) => match m.entries.get_mut(function) {
                     None => Err(format!("module `{module}` has no function `{function}`")),
-                    Some(entry) => evaluate(entry, &input),
+                    Some(entry) => evaluate(entry, input),
                 },
             };
             match result {
@@ -458,6 +483,14 @@ fn define(name: &str, options: &Options) -> Result<Module, String> {
             .map(|p| if wrt.contains(&p.name) { mcir::ArgKind::Active } else { mcir::ArgKind::Const })
             .collect();
         let returns_array = f.ret.is_some_and(|r| types.as_array(r).is_some());
+        let returns_number = f.ret == Some(mcir::ir::TypeTable::F64)
+            || f.ret.is_some_and(|r| types.as_array(r).is_some_and(|(e, _)| e == mcir::ir::Scalar::F64));
+        if matches!(computes, Computes::Value(_)) && !returns_number {
+            return Err(format!(
+                "{file}: `{fname}` returns {}; an eval function returns an f64 or an f64 array",
+                f.ret.map_or("nothing".to_string(), |r| types.display(r).to_string())
+            ));
+        }
         let limits = mcir::Limits { timeout: options.timeout, ..Default::default() };
         let function = function.with_limits(limits.clone());
         let mut prepared = function.with_kinds(&kinds).prepare().map_err(|e| format!("{file}: {e}"))?;
@@ -471,6 +504,7 @@ fn define(name: &str, options: &Options) -> Result<Module, String> {
                 params,
                 prepared,
                 specialised: HashMap::new(),
+                shape_order: Vec::new(),
                 program: Arc::clone(&program),
                 name: fname.clone(),
                 id,
@@ -556,6 +590,9 @@ fn nest(data: &[f64], shape: &[usize]) -> Json {
     }
 }
 
+/// The most shapes of one eval function whose specialised code is kept (about 60 KB each).
+const MAX_SHAPES: usize = 32;
+
 /// The most runs of one `evaluate`, each a timing in the response: a bound on its
 /// length, and on the time a message may ask for with a tiny function.
 const MAX_RUNS: u64 = 100_000;
@@ -608,10 +645,24 @@ fn evaluate(entry: &mut Entry, input: &Json) -> Result<(Json, Vec<Json>), String
     if let Some(ns) = compiled {
         timings.push(json!({"name": "specialise", "nanoseconds": ns}));
     }
-    let mut args: Vec<mcir::Arg<'_>> = buffers.iter_mut().map(|b| b.arg()).collect();
+    // A function may write the arrays it is given: each run starts from the input, put
+    // back (untimed) before every run but the first. Gradients leave them as they were.
+    let input_arrays = matches!(computes, Computes::Value(_))
+        .then(|| buffers.clone())
+        .filter(|b| b.iter().any(|b| matches!(b, Buffer::F64Array(..) | Buffer::I64Array(..))));
     let mut total = 0.0;
     let mut runs = 0;
     let output = loop {
+        if let (Some(input), true) = (&input_arrays, runs > 0) {
+            for (b, i) in buffers.iter_mut().zip(input) {
+                match (b, i) {
+                    (Buffer::F64Array(d, _), Buffer::F64Array(s, _)) => d.copy_from_slice(s),
+                    (Buffer::I64Array(d, _), Buffer::I64Array(s, _)) => d.copy_from_slice(s),
+                    _ => {}
+                }
+            }
+        }
+        let mut args: Vec<mcir::Arg<'_>> = buffers.iter_mut().map(|b| b.arg()).collect();
         let start = Instant::now();
         let out = match &computes {
             Computes::Value(_) if returns_array => {

@@ -187,3 +187,60 @@ fn evaluations_are_bounded_in_runs_and_time() {
     assert!(error(6).contains("needs a module name"), "{}", responses[6]);
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn each_run_starts_from_the_input_and_definitions_are_checked() {
+    let good = "// gradbench: mutate = value mutate\n\
+                fn mutate(x: f64[]) -> f64 { x *= 2.0; return sum(x); }\n";
+    let modules = [
+        ("good", good),
+        (
+            "twice",
+            "// gradbench: f = value f\n// gradbench: f = value f\nfn f(x: f64) -> f64 { return x; }\n",
+        ),
+        ("nameless", "// gradbench:  = value f\nfn f(x: f64) -> f64 { return x; }\n"),
+        ("empty", "// gradbench: g = gradient f {}\nfn f(x: f64) -> f64 { return x; }\n"),
+        ("boolean", "// gradbench: f = value f\nfn f(x: f64) -> bool { return x > 0.0; }\n"),
+        ("integer", "// gradbench: f = value f\nfn f(x: i64) -> i64 { return x; }\n"),
+    ];
+    let dir = module_dir("checked", &modules);
+    let options = mcir_cli::gradbench::Options { dir: Some(dir.clone()), ..Default::default() };
+    let mut messages = vec![
+        r#"{"id": 1, "kind": "define", "module": "good"}"#.to_string(),
+        r#"{"id": 2, "kind": "evaluate", "module": "good", "function": "mutate", "input": {"x": [1, 2], "min_runs": 10}}"#
+            .to_string(),
+    ];
+    for (k, (name, _)) in modules.iter().enumerate().skip(1) {
+        messages.push(format!(r#"{{"id": {}, "kind": "define", "module": "{name}"}}"#, 10 + k));
+    }
+    let responses = session(messages.join("\n").as_bytes(), &options);
+    assert_eq!(responses[1]["output"], Json::from(6.0), "{}", responses[1]);
+    let errors: Vec<&str> = responses[2..].iter().map(|r| r["error"].as_str().unwrap_or("")).collect();
+    let expected = [
+        "is named twice",
+        "has no name",
+        "with respect to no parameter",
+        "returns bool; an eval function returns an f64 or an f64 array",
+        "returns i64; an eval function returns an f64 or an f64 array",
+    ];
+    for (e, want) in errors.iter().zip(expected) {
+        assert!(e.contains(want), "{e:?} should say {want:?}");
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn specialised_code_is_kept_for_a_bounded_number_of_shapes() {
+    // 40 shapes, then the first again: it is compiled anew (it was dropped), and the
+    // session answers every message.
+    let mut messages = vec![r#"{"id": 0, "kind": "define", "module": "lse"}"#.to_string()];
+    for n in (1..=40).chain([1]) {
+        let x: Vec<f64> = (0..n).map(|i| i as f64 * 0.1).collect();
+        messages.push(serde_json::json!({"id": n, "kind": "evaluate", "module": "lse", "function": "primal", "input": {"x": x}}).to_string());
+    }
+    let responses = session(messages.join("\n").as_bytes(), &Default::default());
+    assert_eq!(responses.len(), 42);
+    assert!(responses.iter().all(|r| r["success"] != Json::Bool(false)), "{responses:?}");
+    let specialised = |r: &Json| r["timings"].as_array().unwrap().iter().any(|t| t["name"] == "specialise");
+    assert!(specialised(&responses[41]), "the oldest shape's code was dropped: {}", responses[41]);
+}
