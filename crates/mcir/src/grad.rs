@@ -292,13 +292,19 @@ impl Differentiated {
         self.pass_text_as(f, reverse, true)
     }
 
+    /// `f`'s rule: the entry's own variant for its argument kinds, if it was derived
+    /// with some.
+    fn rule_for(&self, f: FuncId) -> &mcir_ad::RuleIds {
+        match &self.derived.entry {
+            Some(e) if e.func == f => &e.rule,
+            _ => self.derived.rule(f),
+        }
+    }
+
     /// `f`'s forward pass, or its reverse pass, in [`Differentiated::module`] (the
     /// entry's own variant for its argument kinds, if it was derived with some).
     pub fn pass(&self, f: FuncId, reverse: bool) -> FuncId {
-        let rule = match &self.derived.entry {
-            Some(e) if e.func == f => &e.rule,
-            _ => self.derived.rule(f),
-        };
+        let rule = self.rule_for(f);
         if reverse {
             rule.rev
         } else {
@@ -317,11 +323,7 @@ impl Differentiated {
         if reverse {
             return text;
         }
-        let rule = match &self.derived.entry {
-            Some(e) if e.func == f => &e.rule,
-            _ => self.derived.rule(f),
-        };
-        mcir_ir::print_struct(&module.types, rule.tape_sid) + &text
+        mcir_ir::print_struct(&module.types, self.rule_for(f).tape_sid) + &text
     }
 
     /// The VJP of `func` at `args`: `seed` is the cotangent of the result (`None` = zero),

@@ -180,6 +180,8 @@ struct Entry {
     generic: bool,
     /// Whether the result is an array (else an `f64`).
     returns_array: bool,
+    /// Whether the function may write the arrays it is given.
+    writes_arguments: bool,
 }
 
 impl Entry {
@@ -441,6 +443,7 @@ fn define(name: &str, options: &Options) -> Result<Module, String> {
         },
     };
     let program = Arc::new(mcir::Program::compile(&file, &text).map_err(|e| e.render())?);
+    let argument_writes = mcir::ir::effects::argument_writes(program.module());
     let mut entries = HashMap::new();
     for (eval_name, computes) in directives(&text)? {
         let (fname, wrt) = match &computes {
@@ -512,6 +515,9 @@ fn define(name: &str, options: &Options) -> Result<Module, String> {
                 limits,
                 generic: options.generic,
                 returns_array,
+                writes_arguments: argument_writes
+                    .get(mcir::ir::entity::EntityRef::index(id))
+                    .is_some_and(|w| w.is_some()),
             },
         );
     }
@@ -639,15 +645,17 @@ fn evaluate(entry: &mut Entry, input: &Json) -> Result<(Json, Vec<Json>), String
         .collect();
     let mut timings = vec![json!({"name": "prepare", "nanoseconds": prepare.elapsed().as_nanos() as u64})];
     let returns_array = entry.returns_array;
+    let writes_arguments = entry.writes_arguments;
     let computes = entry.computes.clone();
     let params: Vec<ParamKind> = entry.params.iter().map(|p| p.kind).collect();
     let (code, compiled) = entry.code_for(&shapes)?;
     if let Some(ns) = compiled {
         timings.push(json!({"name": "specialise", "nanoseconds": ns}));
     }
-    // A function may write the arrays it is given: each run starts from the input, put
-    // back (untimed) before every run but the first. Gradients leave them as they were.
-    let input_arrays = matches!(computes, Computes::Value(_))
+    // A function that may write the arrays it is given finds them as the input said at
+    // every run: put back (untimed) before each run but the first. Gradients leave them
+    // as they were.
+    let input_arrays = (matches!(computes, Computes::Value(_)) && writes_arguments)
         .then(|| buffers.clone())
         .filter(|b| b.iter().any(|b| matches!(b, Buffer::F64Array(..) | Buffer::I64Array(..))));
     let mut total = 0.0;

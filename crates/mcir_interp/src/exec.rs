@@ -670,8 +670,6 @@ impl<'m> Interpreter<'m> {
     }
 }
 
-/// `count` copies of `x`, or an error when the system has no memory for them (where
-/// `vec![x; count]` would abort the process).
 /// A number of bytes for a message: in KiB, MiB or GiB when it is a whole number of them.
 fn bytes(n: usize) -> String {
     for (unit, size) in [("GiB", 1usize << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
@@ -682,6 +680,8 @@ fn bytes(n: usize) -> String {
     format!("{n} bytes")
 }
 
+/// `count` copies of `x`, or an error when the system has no memory for them (where
+/// `vec![x; count]` would abort the process).
 fn filled<T: Clone>(x: T, count: usize) -> Result<Vec<T>, Kind> {
     let mut v = Vec::new();
     v.try_reserve_exact(count).map_err(|_| Kind::OutOfMemory {
