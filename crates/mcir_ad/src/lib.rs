@@ -29,6 +29,7 @@ mod forward;
 mod inert;
 mod jacobian;
 pub mod pushforward;
+mod record;
 mod reverse;
 mod rules;
 mod signs;
@@ -401,7 +402,8 @@ fn derive_function(
         .map(|(k, _)| stacks[k])
         .collect();
     let fwd_func = dce::remove_dead_code(&inert::drop_records(fw.e.func, &unread)).into_simplified_cfg();
-    Ok(jacobian::store_local_jacobian(&mut module.types, rule, fwd_func, rev_func))
+    let (fwd_func, rev_func) = jacobian::store_local_jacobian(&mut module.types, rule, fwd_func, rev_func);
+    Ok(record::fix_record_fields(&mut module.types, rule.tape_sid, fwd_func, rev_func))
 }
 
 /// `f`, a reverse pass, with its chains of adjoints shortened (`chains.rs`), then its

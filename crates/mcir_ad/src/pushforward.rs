@@ -765,6 +765,22 @@ impl Builder<'_> {
                 }
                 None
             }
+            // Never read, so neither is its tangent: zero leaves, and placeholders for
+            // the shadows of addresses.
+            Op::Unset => {
+                let Some(rt) = rty.filter(|&t| has_tangent(types, t)) else { return Ok(None) };
+                let mut tan = Tan::default();
+                for leaf in crate::tangent::leaves(types, rt) {
+                    match leaf.kind {
+                        LeafKind::Rdata => tan.rdata.push(None),
+                        LeafKind::Fdata => {
+                            let ty = tangent_type(types, leaf.ty);
+                            tan.fdata.push(self.e.val(Op::Unset, vec![], ty));
+                        }
+                    }
+                }
+                Some(tan)
+            }
             Op::StackNew => {
                 let Some(rt) = rty.filter(|&t| has_tangent(types, t)) else { return Ok(None) };
                 let sty = tangent_type(types, rt);

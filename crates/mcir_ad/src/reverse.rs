@@ -1471,6 +1471,7 @@ impl<'a> Reverse<'a> {
             | Op::MatVecAcc(_)
             | Op::OuterAcc
             | Op::StackNew
+            | Op::Unset
             | Op::StackPush
             | Op::StackPop
             | Op::StackPeek

@@ -181,7 +181,7 @@ impl Gen<'_, '_> {
     fn statement(&mut self, scope: &mut Scope, indent: usize) {
         let nested = scope.depth < 2;
         let e = |g: &mut Self, s: &Scope| g.real(s, 2);
-        match self.src.below(40) {
+        match self.src.below(42) {
             0 | 1 => {
                 let v = self.name("t");
                 let value = e(self, scope);
@@ -501,6 +501,22 @@ impl Gen<'_, '_> {
                 };
                 self.line(indent, &format!("acc += 0.25 * smooth(x, {k} % 4 + 1);"));
             }
+            40 if nested => {
+                // Helpers with a branch and a loop, called per element: inlined into the
+                // loop (one writes its results into an array made before it).
+                let (i, o) = (self.name("i"), self.name("o"));
+                let value = e(self, scope);
+                self.line(indent, &format!("let {o} = zeros(2);"));
+                self.line(indent, &format!("for {i} in 0..len(x) {{"));
+                self.line(indent + 1, &format!("into_pair(x[{i}] * 0.5 + 0.1 * tanh({value}), {o});"));
+                self.line(indent + 1, &format!("acc += 0.1 * shaped(x[{i}] + {o}[0]) * {o}[1];"));
+                self.line(indent, "}");
+            }
+            41 => {
+                // A helper with a branch and a loop, called once.
+                let value = e(self, scope);
+                self.line(indent, &format!("acc += 0.25 * shaped(tanh({value}));"));
+            }
             39 if self.src.chance(50) => {
                 // A function that never returns, behind a test that never holds: its
                 // passes must still be derived (and verify), though they never run.
@@ -562,6 +578,32 @@ fn smooth(v: f64[], k: i64) -> f64 {
     let i = k % len(v);
     v[i] = 0.5 * v[i] + 0.25 * tanh(v[(k + 1) % len(v)]);
     return smooth(v, k - 1) * 0.9 + v[i] * 0.1;
+}
+
+// A branch on the data, and a loop that runs until it converges: a helper small enough
+// to be inlined where it is called.
+fn shaped(z: f64) -> f64 {
+    if z > 0.3137 {
+        return sin(z) * z;
+    }
+    let a = 1.0 + z * z;
+    let mut y = 1.0;
+    let mut k = 0;
+    while k < 30 && abs(y * y - a) > 1.0e-13 {
+        y = 0.5 * (y + a / y);
+        k += 1;
+    }
+    return y;
+}
+
+// Writes two results into the array it is given.
+fn into_pair(z: f64, out: f64[]) {
+    out[0] = sin(z) * 0.5;
+    if z < -0.2113 {
+        out[1] = z * z;
+    } else {
+        out[1] = cos(z);
+    }
 }
 
 // Never returns (`while true` without a `break`); called only where it is not reached.

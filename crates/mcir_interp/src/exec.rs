@@ -240,7 +240,11 @@ impl<'m> Interpreter<'m> {
             if let Some(&inst) = bdata.insts.get(frame.pos) {
                 frame.pos += 1;
                 let d = &f.insts[inst];
-                let fail = |kind: Kind| RuntimeError { kind, span: d.span, function: f.name.clone() };
+                let fail = |kind: Kind| RuntimeError {
+                    kind,
+                    span: d.span,
+                    function: self.module.function_at(f, d.span).to_string(),
+                };
                 if let Op::Call(callee) = d.op {
                     if depth >= self.limits.max_call_depth {
                         return Err(fail(Kind::RecursionTooDeep(self.limits.max_call_depth)));
@@ -613,6 +617,8 @@ impl<'m> Interpreter<'m> {
                 Val::Unit
             }
             Op::StackNew => Val::Stack(Rc::new(std::cell::RefCell::new(Vec::new()))),
+            // Nothing reads it: reading `()` where a value is expected is an internal error.
+            Op::Unset => Val::Unit,
             // Memory is collected here; only the count against the limit goes back, as
             // native code gives the memory back.
             Op::ArenaMark => Val::I64(self.allocated.min(i64::MAX as u64) as i64),
@@ -711,6 +717,7 @@ fn allocated_bytes(op: &Op, out: &Val) -> u64 {
         },
         Op::RefNew | Op::StackPush => 8,
         Op::StackNew => 24,
+        Op::Unset => 0,
         Op::StructNew(_) => match out {
             Val::Mut(fields) => 8 * fields.borrow().len() as u64,
             _ => 0,

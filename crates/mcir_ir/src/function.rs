@@ -336,6 +336,21 @@ impl Module {
         self.names.get(name).copied()
     }
 
+    /// The function a runtime error at `span`, in an instruction of `f`, names: `f`,
+    /// unless the instruction came from a function inlined into `f` (its source lies
+    /// outside `f`'s), then the innermost function of the module whose source holds it.
+    pub fn function_at<'a>(&'a self, f: &'a Function, span: Span) -> &'a str {
+        let holds = |outer: Span| outer.start <= span.start && span.end <= outer.end;
+        if span.end == 0 || holds(f.span) {
+            return &f.name;
+        }
+        self.funcs
+            .values()
+            .filter(|g| g.span.end > 0 && holds(g.span))
+            .min_by_key(|g| (g.span.end - g.span.start, g.name.contains('$')))
+            .map_or(&f.name, |g| &g.name)
+    }
+
     /// The hand-written rule of `func` of the given kind (`reverse`, `forward`), or a
     /// `zero` rule, which serves both.
     pub fn rule_of(&self, func: FuncId, word: &str) -> Option<&RuleKind> {

@@ -3,14 +3,24 @@
 //! `fn sigmoid(x: f64) -> f64 { return 1.0 / (1.0 + exp(-x)); }` called in an inner loop
 //! is better as its instructions in the loop.
 //!
-//! A function is inlined when it is one block that cannot fail at run time (no memory
-//! access, integer arithmetic, allocation or call) and has no hand-written derivative
-//! rule, of at most [`MAX_INSTS`] instructions, or of at most [`MAX_INSTS_ONE_CALL`] when
-//! the module calls it from one place only (inlining it then adds no code). So no runtime
-//! error can come from inlined code (errors keep naming the function they happen in), no
-//! call is left that could recurse, and every rule a program gives is still used.
-//! Callees are inlined first, in rounds: a step function that calls a small right-hand
-//! side four times becomes one block without calls, and then goes into its loop.
+//! Two kinds of function are inlined where they are called, when they have no
+//! hand-written derivative rule:
+//!
+//! - one block that cannot fail at run time (no memory access, integer arithmetic,
+//!   allocation or call), of at most [`MAX_INSTS`] instructions;
+//! - any function without calls (so it cannot recurse) of at most
+//!   [`MAX_INSTS_WITH_CONTROL`] instructions in at most [`MAX_BLOCKS`] blocks: branches,
+//!   loops, loads and stores included. The calling block is split at the call: it jumps
+//!   to a copy of the callee's entry, and each `ret v` jumps to the block holding the
+//!   rest, which takes `v` as its parameter. A helper with an `if` called per element
+//!   then costs what the same code written in the loop costs, in the primal and in every
+//!   derived pass (its tape is part of the loop's).
+//!
+//! Inlined instructions keep their source spans, and a runtime error names the function
+//! whose source holds the failing instruction (`Module::function_at`), so errors read the
+//! same as without inlining. Callees are inlined first, in rounds: a step function that
+//! calls a small right-hand side four times becomes one block without calls, and then
+//! goes into its loop.
 
 use crate::entity::EntityRef;
 use crate::function::*;
@@ -23,6 +33,13 @@ pub const MAX_INSTS: usize = 40;
 
 /// The most instructions a function called from one place may have to be inlined there.
 pub const MAX_INSTS_ONE_CALL: usize = 40;
+
+/// The most instructions a function with branches, loops or fallible operations may
+/// have to be inlined (counted over all its blocks).
+pub const MAX_INSTS_WITH_CONTROL: usize = 64;
+
+/// The most blocks a function may have to be inlined.
+pub const MAX_BLOCKS: usize = 12;
 
 /// How many rounds of inlining run (each can inline functions the previous one made
 /// free of calls).
@@ -62,6 +79,32 @@ fn may_inline(module: &Module, id: FuncId, f: &Function, limit: usize) -> bool {
         && !module.rules.iter().any(|r| r.func == id)
 }
 
+/// Whether `f` (function `id` of `module`), of any shape, may replace its calls: at
+/// most [`MAX_INSTS_WITH_CONTROL`] instructions in at most [`MAX_BLOCKS`] blocks, no
+/// call (so it cannot recurse), nothing that only a derived pass makes, and no
+/// hand-written rule.
+fn may_inline_with_control(module: &Module, id: FuncId, f: &Function) -> bool {
+    f.blocks.len() <= MAX_BLOCKS
+        && f.insts.len() <= MAX_INSTS_WITH_CONTROL
+        && f.blocks.iter().all(|(_, b)| {
+            b.insts.iter().all(|&i| {
+                !matches!(
+                    f.insts[i].op,
+                    Op::Call(_)
+                        | Op::StackNew
+                        | Op::StackPush
+                        | Op::StackPop
+                        | Op::StackPeek
+                        | Op::StackReserve
+                        | Op::StackPut
+                        | Op::ArenaMark
+                        | Op::ArenaRelease
+                )
+            })
+        })
+        && !module.rules.iter().any(|r| r.func == id)
+}
+
 /// The functions of `module` that are inlined where they are called.
 fn inlinable(module: &Module) -> Vec<bool> {
     let call_sites = call_sites(module);
@@ -70,7 +113,7 @@ fn inlinable(module: &Module) -> Vec<bool> {
         .iter()
         .map(|(id, f)| {
             let limit = if call_sites[id.index()] == 1 { MAX_INSTS_ONE_CALL } else { MAX_INSTS };
-            may_inline(module, id, f, limit)
+            may_inline(module, id, f, limit) || may_inline_with_control(module, id, f)
         })
         .collect()
 }
@@ -133,46 +176,152 @@ fn inline_in_rounds(module: &Module, can: impl Fn(&Module) -> Vec<bool>) -> Modu
 fn inline_into(mut f: Function, module: &Module, can: &[bool]) -> Function {
     let mut subst: HashMap<Value, Value> = HashMap::new();
     let blocks: Vec<Block> = f.blocks.keys().collect();
-    for &b in &blocks {
-        let old = std::mem::take(&mut f.blocks[b].insts);
+    // The layout of the result: each block, then the blocks of the functions inlined
+    // into it, then the block that goes on after each call.
+    let mut order: Vec<Block> = Vec::with_capacity(blocks.len());
+    for &first in &blocks {
+        order.push(first);
+        let term = std::mem::replace(&mut f.blocks[first].term, Terminator::Return(None));
+        let term_span = f.blocks[first].term_span;
+        let mut current = first;
+        let old = std::mem::take(&mut f.blocks[first].insts);
         for inst in old {
             let d = f.insts[inst].clone();
-            let Op::Call(g) = d.op else {
-                f.blocks[b].insts.push(inst);
-                continue;
+            let callee = match d.op {
+                Op::Call(g) if can[g.index()] => &module.funcs[g],
+                _ => {
+                    f.blocks[current].insts.push(inst);
+                    continue;
+                }
             };
-            if !can[g.index()] {
-                f.blocks[b].insts.push(inst);
-                continue;
-            }
-            let callee = &module.funcs[g];
-            let mut map: HashMap<Value, Value> = HashMap::new();
-            for (&p, &a) in callee.param_values().iter().zip(&d.args) {
-                map.insert(p, a);
-            }
-            for &ci in &callee.blocks[callee.entry()].insts {
-                let cd = &callee.insts[ci];
-                let args: Vec<Value> = cd.args.iter().map(|a| map.get(a).copied().unwrap_or(*a)).collect();
-                let ty = cd.result.map(|r| callee.value_type(r));
-                let nv = f.push_inst(b, cd.op.clone(), args, ty, cd.span);
-                if let (Some(r), Some(nv)) = (cd.result, nv) {
-                    f.values[nv].name = callee.values[r].name.clone();
-                    map.insert(r, nv);
+            if let [only] = callee.blocks.keys().collect::<Vec<_>>()[..] {
+                if let Terminator::Return(ret) = callee.blocks[only].term {
+                    // One block: its instructions take the call's place.
+                    let map = copy_block(&mut f, current, callee, only, callee.param_values(), &d.args);
+                    if let (Some(r), Some(rv)) = (d.result, ret) {
+                        subst.insert(r, map.get(&rv).copied().unwrap_or(rv));
+                    }
+                    continue;
                 }
             }
-            if let (Some(r), Terminator::Return(Some(rv))) = (d.result, &callee.blocks[callee.entry()].term) {
-                subst.insert(r, map.get(rv).copied().unwrap_or(*rv));
+            // Several blocks: the current block jumps to a copy of the callee's entry,
+            // each `ret v` jumps to a new block that takes `v` as its parameter and
+            // holds the rest of the current block.
+            let after = f.add_block();
+            if let Some(ty) = callee.ret {
+                let name = d.result.and_then(|r| f.values[r].name.clone());
+                let p = f.add_block_param(after, ty, name);
+                if let Some(r) = d.result {
+                    subst.insert(r, p);
+                }
             }
+            let entry = copy_body(&mut f, callee, &d.args, after, &mut order);
+            f.set_terminator(current, Terminator::Jump(BlockCall { block: entry, args: vec![] }), d.span);
+            order.push(after);
+            current = after;
         }
+        f.set_terminator(current, term, term_span);
     }
-    if subst.is_empty() {
+    if subst.is_empty() && order.len() == blocks.len() {
         return f;
     }
     // Uses of the calls' results read the inlined results instead (a chain of inlined
     // calls may map one result to another).
     f.substitute(&subst);
-    // Drop the replaced calls and their results.
-    f.into_rebuilt(&blocks)
+    // Drop the replaced calls and their results, and lay the blocks out.
+    let f = f.into_rebuilt(&order);
+    // After a call that never returns (`while true {}`), the rest of its block is dead.
+    if f.reachable_blocks().len() < f.blocks.len() {
+        return f.remove_unreachable_blocks();
+    }
+    f
+}
+
+/// Copies the instructions of `callee`'s block `from` to the end of `f`'s block `to`,
+/// with `params` read as `args`; returns the map from the callee's values to `f`'s.
+fn copy_block(
+    f: &mut Function,
+    to: Block,
+    callee: &Function,
+    from: Block,
+    params: &[Value],
+    args: &[Value],
+) -> HashMap<Value, Value> {
+    let mut map: HashMap<Value, Value> = params.iter().copied().zip(args.iter().copied()).collect();
+    for &ci in &callee.blocks[from].insts {
+        let cd = &callee.insts[ci];
+        let args: Vec<Value> = cd.args.iter().map(|a| map.get(a).copied().unwrap_or(*a)).collect();
+        let ty = cd.result.map(|r| callee.value_type(r));
+        let nv = f.push_inst(to, cd.op.clone(), args, ty, cd.span);
+        if let (Some(r), Some(nv)) = (cd.result, nv) {
+            f.values[nv].name = callee.values[r].name.clone();
+            map.insert(r, nv);
+        }
+    }
+    map
+}
+
+/// Copies every block of `callee` into `f` (appending them to `order`), its parameters
+/// read as `args` and each `ret` a jump to `after`; returns the copy of its entry.
+fn copy_body(
+    f: &mut Function,
+    callee: &Function,
+    args: &[Value],
+    after: Block,
+    order: &mut Vec<Block>,
+) -> Block {
+    let mut map: HashMap<Value, Value> =
+        callee.param_values().iter().copied().zip(args.iter().copied()).collect();
+    let mut block_map: HashMap<Block, Block> = HashMap::new();
+    // Blocks and their parameters first: a jump may name a block laid out later.
+    for (cb, data) in callee.blocks.iter() {
+        let nb = f.add_block();
+        block_map.insert(cb, nb);
+        order.push(nb);
+        if cb != callee.entry() {
+            for &p in &data.params {
+                let np = f.add_block_param(nb, callee.value_type(p), callee.values[p].name.clone());
+                map.insert(p, np);
+            }
+        }
+    }
+    // Then instructions, with operands mapped once every value has its copy (a value
+    // may be used in a block laid out before the one that defines it).
+    let mut copied: Vec<Inst> = Vec::new();
+    for (cb, data) in callee.blocks.iter() {
+        let nb = block_map[&cb];
+        for &ci in &data.insts {
+            let cd = &callee.insts[ci];
+            let ty = cd.result.map(|r| callee.value_type(r));
+            let nv = f.push_inst(nb, cd.op.clone(), cd.args.clone(), ty, cd.span);
+            copied.extend(f.blocks[nb].insts.last().copied());
+            if let (Some(r), Some(nv)) = (cd.result, nv) {
+                f.values[nv].name = callee.values[r].name.clone();
+                map.insert(r, nv);
+            }
+        }
+    }
+    let mv = |v: Value| map.get(&v).copied().unwrap_or(v);
+    for i in copied {
+        f.insts[i].args.iter_mut().for_each(|v| *v = mv(*v));
+    }
+    let call = |c: &BlockCall| BlockCall {
+        block: block_map[&c.block],
+        args: c.args.iter().map(|&v| mv(v)).collect(),
+    };
+    for (cb, data) in callee.blocks.iter() {
+        let term = match &data.term {
+            Terminator::Jump(t) => Terminator::Jump(call(t)),
+            Terminator::Branch { cond, then_dest, else_dest } => {
+                Terminator::Branch { cond: mv(*cond), then_dest: call(then_dest), else_dest: call(else_dest) }
+            }
+            Terminator::Return(v) => {
+                Terminator::Jump(BlockCall { block: after, args: v.map(mv).into_iter().collect() })
+            }
+        };
+        f.set_terminator(block_map[&cb], term, data.term_span);
+    }
+    block_map[&callee.entry()]
 }
 
 #[cfg(test)]
@@ -193,8 +342,25 @@ mod tests {
     }
 
     #[test]
-    fn functions_that_may_fail_or_loop_are_kept() {
-        let text = "fn @get(%x_0: f64[]) -> f64 {\nbb0:\n    %i_1: i64 = iconst 0\n    %y_2: f64 = load %x_0[%i_1]\n    ret %y_2\n}\n\n\
+    fn a_function_with_a_branch_and_a_load_is_inlined() {
+        let text = "fn @get(%x_0: f64[], %i_1: i64) -> f64 {\nbb0:\n    %z_2: i64 = iconst 0\n    %c_3: bool = icmp gt %i_1, %z_2\n    br %c_3, bb1, bb2\n\
+                    bb1:\n    %y_4: f64 = load %x_0[%i_1]\n    ret %y_4\nbb2:\n    %w_5: f64 = fconst 1.0\n    ret %w_5\n}\n\n\
+                    fn @main(%a_0: f64[], %k_1: i64) -> f64 {\nbb0:\n    %b_2: f64 = call @get(%a_0, %k_1)\n    %c_3: f64 = call @get(%a_0, %k_1)\n    %d_4: f64 = fadd %b_2, %c_3\n    ret %d_4\n}\n";
+        let m = crate::parse_module(text).unwrap();
+        let inlined = inline_small_functions(&m);
+        crate::verify_module(&inlined).unwrap();
+        let main = inlined.func_by_name("main").unwrap();
+        let printed = crate::print_function(&inlined, &inlined.funcs[main]);
+        assert!(!printed.contains("call"), "{printed}");
+        assert_eq!(printed.matches("load").count(), 2, "{printed}");
+        // The entry, two copies of three blocks, and the block after each call.
+        assert_eq!(inlined.funcs[main].blocks.len(), 9, "{printed}");
+    }
+
+    #[test]
+    fn functions_that_call_or_have_rules_are_kept() {
+        let text = "fn @leaf(%x_0: f64) -> f64 {\nbb0:\n    ret %x_0\n}\n\n\
+                    fn @get(%x_0: f64[]) -> f64 {\nbb0:\n    %i_1: i64 = iconst 0\n    %y_2: f64 = load %x_0[%i_1]\n    %z_3: f64 = call @get(%x_0)\n    ret %z_3\n}\n\n\
                     fn @main(%a_0: f64[]) -> f64 {\nbb0:\n    %b_1: f64 = call @get(%a_0)\n    ret %b_1\n}\n";
         let m = crate::parse_module(text).unwrap();
         let inlined = inline_small_functions(&m);

@@ -66,6 +66,7 @@ fn access(op: &Op) -> Access {
         | Op::MutStore(..)
         | Op::Select
         | Op::StackNew
+        | Op::Unset
         | Op::StackPush
         | Op::StackPop
         | Op::StackPeek

@@ -261,6 +261,10 @@ pub enum Op {
 
     /// `stack.new`: a fresh, empty stack.
     StackNew,
+    /// `unset`: a value of any type that nothing reads: the field of a tape record that
+    /// the path taken through the forward pass did not fill (the reverse pass follows the
+    /// same path, so it never reads it). Derived rules only.
+    Unset,
     /// `stack.push`: `(stack, value)` appends a value.
     StackPush,
     /// `stack.pop`: removes and yields the last value pushed; popping an empty stack is an error.
@@ -615,7 +619,8 @@ impl Op {
             | Op::MutLoad(..)
             | Op::Select
             | Op::ZerosLike
-            | Op::StackNew => false,
+            | Op::StackNew
+            | Op::Unset => false,
             Op::IBinary(_)
             | Op::IUnary(_)
             | Op::FToI

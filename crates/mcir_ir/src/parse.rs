@@ -786,6 +786,7 @@ impl Parser {
             "array.axpy" => Op::Axpy,
             "array.move_add" => Op::MoveAdd,
             "stack.new" => Op::StackNew,
+            "unset" => Op::Unset,
             "stack.push" => Op::StackPush,
             "stack.pop" => Op::StackPop,
             "stack.peek" => Op::StackPeek,

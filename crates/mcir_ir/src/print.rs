@@ -290,6 +290,7 @@ pub(crate) fn op_head(types: &TypeTable, op: &Op) -> String {
         Op::Axpy => "array.axpy".to_string(),
         Op::MoveAdd => "array.move_add".to_string(),
         Op::StackNew => "stack.new".to_string(),
+        Op::Unset => "unset".to_string(),
         Op::StackPush => "stack.push".to_string(),
         Op::StackPop => "stack.pop".to_string(),
         Op::StackPeek => "stack.peek".to_string(),

@@ -572,6 +572,10 @@ impl Verifier<'_> {
             },
             Op::ArenaMark => want(&[], Some(TypeTable::I64)),
             Op::ArenaRelease => want(&[TypeTable::I64], None),
+            Op::Unset => match result {
+                Some(_) => want(&[], result),
+                None => Err("yields a value".into()),
+            },
             Op::StackNew => match result.and_then(|r| t.try_get(r)) {
                 Some(Type::Stack(_)) => want(&[], result),
                 _ => Err("yields a stack".into()),

@@ -493,7 +493,7 @@ impl<'a> Lowering<'a> {
 
 impl FnLower<'_, '_> {
     fn site(&mut self, span: Span) -> i64 {
-        self.l.sites.push((self.f.name.clone(), span));
+        self.l.sites.push((self.l.module.function_at(self.f, span).to_string(), span));
         (self.l.sites.len() - 1) as i64
     }
 
@@ -2182,6 +2182,14 @@ impl FnLower<'_, '_> {
                 // What the block's piece still holds may lie past the mark: take a new one.
                 self.piece = None;
                 None
+            }
+            Op::Unset => {
+                // Nothing reads it; zero bits keep the code deterministic.
+                let t = machine_type(result_ty.ok_or("unset without result")?);
+                Some(match t {
+                    types::F64 => self.b.ins().f64const(0.0),
+                    t => self.b.ins().iconst(t, 0),
+                })
             }
             Op::StackNew => {
                 // Header and room for a first few values in one block from the arena.

@@ -1,0 +1,381 @@
+//! Fixed tape records: a tape stack that one call of a forward pass pushes at most once
+//! becomes a plain field of the call's tape record.
+//!
+//! The reverse pass reads what the forward pass kept from stacks, one per value (see
+//! `reverse.rs`), because a value computed in a loop is kept once per iteration. A value
+//! computed outside every loop is kept at most once per call, and a stack for it costs
+//! an allocation and a length test per call for one value. Such a stack becomes a field:
+//! the forward pass builds its record at each `ret` with the value the path taken
+//! computed (an `unset` placeholder where that path computed none), and the reverse pass
+//! reads the field where it popped the stack. It follows the path the forward pass took,
+//! so it reads exactly the fields that path filled.
+//!
+//! A stack qualifies when it is pushed only outside loops, by pushes no one of which can
+//! run after another in the same call (no push's block reaches another's), and is used
+//! by nothing else than its pushes and the record in the forward pass, and its pops and
+//! peeks in the reverse pass. So a function without loops keeps one record per call and
+//! allocates nothing else for its tape; recursion keeps one record per activation.
+
+use mcir_ir::cfg::ControlFlow;
+use mcir_ir::entity::EntityRef;
+use mcir_ir::{
+    Block, BlockCall, Function, Inst, Op, StructId, Terminator, Type, TypeId, TypeTable, Value, ValueDef,
+};
+use std::collections::{HashMap, HashSet};
+
+/// The most pushes of one stack whose order is checked (pairs of blocks are compared).
+const MAX_PUSH_SITES: usize = 16;
+
+/// `(fwd, rev)` with every tape stack that qualifies (see the module docs) turned into a
+/// plain field of the record `tape_sid`, whose field types change accordingly.
+pub(crate) fn fix_record_fields(
+    types: &mut TypeTable,
+    tape_sid: StructId,
+    mut fwd: Function,
+    mut rev: Function,
+) -> (Function, Function) {
+    let Some(plan) = Plan::of(types, tape_sid, &fwd, &rev) else { return (fwd, rev) };
+    if plan.fields.is_empty() {
+        return (fwd, rev);
+    }
+    thread_fields(&mut fwd, tape_sid, &plan);
+    read_fields(&mut rev, &plan);
+    for (&k, field) in &plan.fields {
+        types.struct_def_mut(tape_sid).fields[k].1 = field.ty;
+    }
+    (crate::dce::remove_dead_code(&fwd), crate::dce::remove_dead_code(&rev))
+}
+
+/// One stack that becomes a field.
+struct Field {
+    /// The element type, which the field takes.
+    ty: TypeId,
+    /// The stack in the forward pass.
+    stack: Value,
+    /// Its pushes: the block and the value pushed.
+    pushes: Vec<(Block, Inst, Value)>,
+    /// The field read in the reverse pass, if it reads it.
+    read: Vec<Value>,
+}
+
+struct Plan {
+    /// The forward pass's record (`struct.new` of the tape) and the `ret` tuples that
+    /// hold it.
+    record: Inst,
+    tuples: Vec<(Block, Inst)>,
+    /// The fields that become plain, by field index.
+    fields: std::collections::BTreeMap<usize, Field>,
+}
+
+impl Plan {
+    fn of(types: &TypeTable, tape_sid: StructId, fwd: &Function, rev: &Function) -> Option<Plan> {
+        // One record, used by nothing but the tuples that `ret` gives back.
+        let mut records = fwd.insts.iter().filter(|(_, d)| d.op == Op::StructNew(tape_sid));
+        let (record, rd) = records.next()?;
+        if records.next().is_some() {
+            return None;
+        }
+        let tape = rd.result?;
+        let record_ty = fwd.value_type(tape);
+        let mut tuples = Vec::new();
+        let mut uses: HashMap<Value, usize> = HashMap::new();
+        for (b, data) in fwd.blocks.iter() {
+            for &i in &data.insts {
+                for &a in &fwd.insts[i].args {
+                    *uses.entry(a).or_default() += 1;
+                }
+                if fwd.insts[i].args.contains(&tape) {
+                    let ret =
+                        matches!(data.term, Terminator::Return(Some(t)) if Some(t) == fwd.insts[i].result);
+                    if !(ret && fwd.insts[i].op == Op::TupleNew && fwd.insts[i].args.last() == Some(&tape)) {
+                        return None;
+                    }
+                    tuples.push((b, i));
+                }
+            }
+            for v in data.term.uses() {
+                *uses.entry(v).or_default() += 1;
+                if v == tape {
+                    return None;
+                }
+            }
+        }
+        let cfg = ControlFlow::compute(fwd);
+        let depth = cfg.loop_depths();
+        let position: HashMap<Inst, (Block, usize)> = fwd
+            .blocks
+            .iter()
+            .flat_map(|(b, data)| data.insts.iter().enumerate().map(move |(k, &i)| (i, (b, k))))
+            .collect();
+        // Candidate stacks: made by `stack.new`, in the record once.
+        let mut fields = std::collections::BTreeMap::new();
+        for (k, &s) in rd.args.iter().enumerate() {
+            if !fwd.defining(s).is_some_and(|d| d.op == Op::StackNew)
+                || rd.args.iter().filter(|&&a| a == s).count() != 1
+            {
+                continue;
+            }
+            let Some(&Type::Stack(ty)) = types.try_get(fwd.value_type(s)) else { continue };
+            // A record that would hold a record of its own kind (a recursive call's) keeps
+            // those on a stack: a struct that holds itself directly has no finite tangent
+            // in forward mode, which second order needs.
+            if reaches(types, ty, record_ty) {
+                continue;
+            }
+            fields.insert(k, Field { ty, stack: s, pushes: Vec::new(), read: Vec::new() });
+        }
+        let by_stack: HashMap<Value, usize> = fields.iter().map(|(&k, f)| (f.stack, k)).collect();
+        let mut out: HashSet<usize> = HashSet::new();
+        for (i, d) in fwd.insts.iter() {
+            if i == record {
+                continue;
+            }
+            for (pos, a) in d.args.iter().enumerate() {
+                let Some(&k) = by_stack.get(a) else { continue };
+                if d.op != Op::StackPush || pos != 0 {
+                    out.insert(k);
+                    continue;
+                }
+                let Some(&(b, _)) = position.get(&i) else {
+                    out.insert(k);
+                    continue;
+                };
+                if let Some(f) = fields.get_mut(&k) {
+                    f.pushes.push((b, i, d.args[1]));
+                }
+            }
+        }
+        for (_, data) in fwd.blocks.iter() {
+            for v in data.term.uses() {
+                if let Some(&k) = by_stack.get(&v) {
+                    out.insert(k);
+                }
+            }
+        }
+        // Pushed outside loops, at most once per call, before the tuple of a `ret` in its
+        // block.
+        for (&k, f) in &fields {
+            let once = f.pushes.len() <= MAX_PUSH_SITES
+                && f.pushes.iter().all(|&(b, i, _)| {
+                    depth.get(b.index()).copied().unwrap_or(1) == 0
+                        && tuples.iter().filter(|t| t.0 == b).all(|&(_, t)| position[&i].1 < position[&t].1)
+                })
+                && pushes_exclusive(fwd, &f.pushes);
+            if !once {
+                out.insert(k);
+            }
+        }
+        // The reverse pass reads the field and pops or peeks the stack, nothing else.
+        let mut gets: HashMap<Value, usize> = HashMap::new();
+        for (_, d) in rev.insts.iter() {
+            if let (Op::StructGet(s, k), Some(r)) = (&d.op, d.result) {
+                if *s == tape_sid && fields.contains_key(&(*k as usize)) {
+                    gets.insert(r, *k as usize);
+                    if let Some(f) = fields.get_mut(&(*k as usize)) {
+                        f.read.push(r);
+                    }
+                }
+            }
+        }
+        for (_, d) in rev.insts.iter() {
+            for (pos, a) in d.args.iter().enumerate() {
+                if let Some(&k) = gets.get(a) {
+                    if !(matches!(d.op, Op::StackPop | Op::StackPeek) && pos == 0) {
+                        out.insert(k);
+                    }
+                }
+            }
+        }
+        for (_, data) in rev.blocks.iter() {
+            for v in data.term.uses() {
+                if let Some(&k) = gets.get(&v) {
+                    out.insert(k);
+                }
+            }
+        }
+        fields.retain(|k, _| !out.contains(k));
+        Some(Plan { record, tuples, fields })
+    }
+}
+
+/// Whether a value of type `t` holds (through fields, elements, cells or stacks) a value
+/// of type `target`, or is one.
+fn reaches(types: &TypeTable, t: TypeId, target: TypeId) -> bool {
+    let mut seen = HashSet::new();
+    let mut todo = vec![t];
+    while let Some(u) = todo.pop() {
+        if u == target {
+            return true;
+        }
+        if !seen.insert(u) {
+            continue;
+        }
+        match types.try_get(u) {
+            Some(Type::Ref(inner)) | Some(Type::Stack(inner)) => todo.push(*inner),
+            Some(Type::Tuple(items)) => todo.extend(items.iter().copied()),
+            Some(Type::Struct(_)) => {
+                todo.extend(types.as_struct(u).into_iter().flat_map(|(_, d)| d.fields.iter().map(|f| f.1)))
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Whether no push of `pushes` can run after another in one call: no push's block
+/// reaches the block of another (nor its own again).
+fn pushes_exclusive(f: &Function, pushes: &[(Block, Inst, Value)]) -> bool {
+    let blocks: HashSet<Block> = pushes.iter().map(|p| p.0).collect();
+    if blocks.len() != pushes.len() {
+        return false;
+    }
+    for &from in &blocks {
+        let mut seen: HashSet<Block> = HashSet::new();
+        let mut work: Vec<Block> = f.blocks[from].term.successors().map(|c| c.block).collect();
+        while let Some(b) = work.pop() {
+            if blocks.contains(&b) {
+                return false;
+            }
+            if seen.insert(b) {
+                work.extend(f.blocks[b].term.successors().map(|c| c.block));
+            }
+        }
+    }
+    true
+}
+
+/// Makes each field's value flow through the forward pass as an SSA variable (`unset`
+/// on entry, the pushed value after its push, block parameters where paths that hold
+/// different values meet) and builds the record at each `ret` from the values there.
+fn thread_fields(fwd: &mut Function, tape_sid: StructId, plan: &Plan) {
+    let cfg = ControlFlow::compute(fwd);
+    let entry = fwd.entry();
+    let span = fwd.span;
+    let pushed_in: HashMap<(usize, Block), Value> =
+        plan.fields.iter().flat_map(|(&k, f)| f.pushes.iter().map(move |&(b, _, v)| ((k, b), v))).collect();
+    // Phase 1: the value of each field at the end of each block, in reverse post-order;
+    // a block whose processed predecessors disagree takes a parameter. Predecessors
+    // along back edges are in loops, which push nothing, so they carry what the loop's
+    // header has.
+    let rpo_index: HashMap<Block, usize> = cfg.rpo.iter().enumerate().map(|(k, &b)| (b, k)).collect();
+    let mut at_end: HashMap<(usize, Block), Value> = HashMap::new();
+    let mut params: Vec<(Block, usize)> = Vec::new();
+    let mut unset: HashMap<usize, Value> = HashMap::new();
+    for (&k, field) in &plan.fields {
+        let u = insert_front(fwd, entry, Op::Unset, field.ty, span);
+        unset.insert(k, u);
+        for &b in &cfg.rpo {
+            let start = if b == entry {
+                u
+            } else {
+                let incoming: Vec<Value> = cfg.preds[b.index()]
+                    .iter()
+                    .filter(|p| rpo_index.get(p).is_some_and(|&i| i < rpo_index[&b]))
+                    .filter_map(|p| at_end.get(&(k, *p)).copied())
+                    .collect();
+                match incoming.first() {
+                    Some(&v) if incoming.iter().all(|&w| w == v) => v,
+                    _ => {
+                        params.push((b, k));
+                        fwd.add_block_param(b, field.ty, None)
+                    }
+                }
+            };
+            let end = pushed_in.get(&(k, b)).copied().unwrap_or(start);
+            at_end.insert((k, b), end);
+        }
+    }
+    // Phase 2: every jump into a block with new parameters passes each field's value at
+    // the end of the jumping block, in the order the parameters were added.
+    for &(b, k) in &params {
+        for p in cfg.preds[b.index()].iter().copied().collect::<HashSet<Block>>() {
+            let v = at_end.get(&(k, p)).copied().unwrap_or(unset[&k]);
+            let add = |c: &mut BlockCall| {
+                if c.block == b {
+                    c.args.push(v);
+                }
+            };
+            match &mut fwd.blocks[p].term {
+                Terminator::Jump(c) => add(c),
+                Terminator::Branch { then_dest, else_dest, .. } => {
+                    add(then_dest);
+                    add(else_dest);
+                }
+                Terminator::Return(_) => {}
+            }
+        }
+    }
+    // The record of each `ret`, and no stacks or pushes for the fields.
+    let old_args = fwd.insts[plan.record].args.clone();
+    for &(b, tuple) in &plan.tuples {
+        let args: Vec<Value> = old_args
+            .iter()
+            .enumerate()
+            .map(|(k, &a)| if plan.fields.contains_key(&k) { at_end[&(k, b)] } else { a })
+            .collect();
+        let pos = fwd.blocks[b].insts.iter().position(|&i| i == tuple).unwrap_or(0);
+        let ty = fwd.value_type(fwd.insts[plan.record].result.unwrap_or(old_args[0]));
+        let rec = insert_at(fwd, b, pos, Op::StructNew(tape_sid), args, ty, span);
+        if let Some(last) = fwd.insts[tuple].args.last_mut() {
+            *last = rec;
+        }
+    }
+    let dropped: HashSet<Inst> =
+        plan.fields.values().flat_map(|f| f.pushes.iter().map(|p| p.1)).chain([plan.record]).collect();
+    let blocks: Vec<Block> = fwd.blocks.keys().collect();
+    for b in blocks {
+        fwd.blocks[b].insts.retain(|i| !dropped.contains(i));
+    }
+}
+
+/// Reads each field where the reverse pass popped or peeked its stack.
+fn read_fields(rev: &mut Function, plan: &Plan) {
+    let mut subst: HashMap<Value, Value> = HashMap::new();
+    let reads: HashMap<Value, TypeId> =
+        plan.fields.values().flat_map(|f| f.read.iter().map(move |&r| (r, f.ty))).collect();
+    for (&r, &ty) in &reads {
+        rev.values[r].ty = ty;
+        // Named after the value it now is, not the stack it was.
+        if let Some(name) = rev.values[r].name.as_mut() {
+            if let Some(base) = name.strip_suffix("_stack") {
+                *name = base.to_string();
+            }
+        }
+    }
+    let mut dropped: HashSet<Inst> = HashSet::new();
+    for (i, d) in rev.insts.iter() {
+        if let (Op::StackPop | Op::StackPeek, Some(r), Some(s)) = (&d.op, d.result, d.args.first()) {
+            if reads.contains_key(s) {
+                subst.insert(r, *s);
+                dropped.insert(i);
+            }
+        }
+    }
+    let blocks: Vec<Block> = rev.blocks.keys().collect();
+    for b in blocks {
+        rev.blocks[b].insts.retain(|i| !dropped.contains(i));
+    }
+    rev.substitute(&subst);
+}
+
+fn insert_front(f: &mut Function, b: Block, op: Op, ty: TypeId, span: mcir_ir::Span) -> Value {
+    insert_at(f, b, 0, op, vec![], ty, span)
+}
+
+/// Inserts an instruction with a result at position `pos` of block `b`.
+fn insert_at(
+    f: &mut Function,
+    b: Block,
+    pos: usize,
+    op: Op,
+    args: Vec<Value>,
+    ty: TypeId,
+    span: mcir_ir::Span,
+) -> Value {
+    let v = f.push_inst(b, op, args, Some(ty), span).unwrap_or(Value::new(0));
+    if let Some(i) = f.blocks[b].insts.pop() {
+        f.blocks[b].insts.insert(pos, i);
+    }
+    debug_assert!(matches!(f.values[v].def, ValueDef::Inst(_)));
+    v
+}
