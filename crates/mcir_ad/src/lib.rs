@@ -509,7 +509,7 @@ fn tape_placeholder() -> mcir_ir::Value {
 }
 
 /// Inserts an instruction at position `pos` of `block`.
-fn insert_at(
+pub(crate) fn insert_at(
     f: &mut Function,
     block: mcir_ir::Block,
     pos: usize,

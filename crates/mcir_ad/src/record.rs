@@ -18,9 +18,7 @@
 
 use mcir_ir::cfg::ControlFlow;
 use mcir_ir::entity::EntityRef;
-use mcir_ir::{
-    Block, BlockCall, Function, Inst, Op, StructId, Terminator, Type, TypeId, TypeTable, Value, ValueDef,
-};
+use mcir_ir::{Block, Function, Inst, Op, StructId, Terminator, Type, TypeId, TypeTable, Value};
 use std::collections::{HashMap, HashSet};
 
 /// The most pushes of one stack whose order is checked (pairs of blocks are compared).
@@ -262,7 +260,7 @@ fn thread_fields(fwd: &mut Function, tape_sid: StructId, plan: &Plan) {
     let mut params: Vec<(Block, usize)> = Vec::new();
     let mut unset: HashMap<usize, Value> = HashMap::new();
     for (&k, field) in &plan.fields {
-        let u = insert_front(fwd, entry, Op::Unset, field.ty, span);
+        let u = crate::insert_at(fwd, entry, 0, Op::Unset, vec![], field.ty, span);
         unset.insert(k, u);
         for &b in &cfg.rpo {
             let start = if b == entry {
@@ -290,18 +288,8 @@ fn thread_fields(fwd: &mut Function, tape_sid: StructId, plan: &Plan) {
     for &(b, k) in &params {
         for p in cfg.preds[b.index()].iter().copied().collect::<HashSet<Block>>() {
             let v = at_end.get(&(k, p)).copied().unwrap_or(unset[&k]);
-            let add = |c: &mut BlockCall| {
-                if c.block == b {
-                    c.args.push(v);
-                }
-            };
-            match &mut fwd.blocks[p].term {
-                Terminator::Jump(c) => add(c),
-                Terminator::Branch { then_dest, else_dest, .. } => {
-                    add(then_dest);
-                    add(else_dest);
-                }
-                Terminator::Return(_) => {}
+            for c in fwd.blocks[p].term.successors_mut().filter(|c| c.block == b) {
+                c.args.push(v);
             }
         }
     }
@@ -315,7 +303,7 @@ fn thread_fields(fwd: &mut Function, tape_sid: StructId, plan: &Plan) {
             .collect();
         let pos = fwd.blocks[b].insts.iter().position(|&i| i == tuple).unwrap_or(0);
         let ty = fwd.value_type(fwd.insts[plan.record].result.unwrap_or(old_args[0]));
-        let rec = insert_at(fwd, b, pos, Op::StructNew(tape_sid), args, ty, span);
+        let rec = crate::insert_at(fwd, b, pos, Op::StructNew(tape_sid), args, ty, span);
         if let Some(last) = fwd.insts[tuple].args.last_mut() {
             *last = rec;
         }
@@ -356,26 +344,4 @@ fn read_fields(rev: &mut Function, plan: &Plan) {
         rev.blocks[b].insts.retain(|i| !dropped.contains(i));
     }
     rev.substitute(&subst);
-}
-
-fn insert_front(f: &mut Function, b: Block, op: Op, ty: TypeId, span: mcir_ir::Span) -> Value {
-    insert_at(f, b, 0, op, vec![], ty, span)
-}
-
-/// Inserts an instruction with a result at position `pos` of block `b`.
-fn insert_at(
-    f: &mut Function,
-    b: Block,
-    pos: usize,
-    op: Op,
-    args: Vec<Value>,
-    ty: TypeId,
-    span: mcir_ir::Span,
-) -> Value {
-    let v = f.push_inst(b, op, args, Some(ty), span).unwrap_or(Value::new(0));
-    if let Some(i) = f.blocks[b].insts.pop() {
-        f.blocks[b].insts.insert(pos, i);
-    }
-    debug_assert!(matches!(f.values[v].def, ValueDef::Inst(_)));
-    v
 }

@@ -52,8 +52,6 @@ impl Function {
         // A use of a value that was not kept maps to itself; the verifier reports it.
         let mv = |v: Value| value_map[v].unwrap_or(v);
         let mb = |b: Block| block_map[b].unwrap_or(b);
-        let mcall =
-            |c: &BlockCall| BlockCall { block: mb(c.block), args: c.args.iter().map(|&v| mv(v)).collect() };
         for &b in order {
             let nb = mb(b);
             let data = &self.blocks[b];
@@ -68,15 +66,7 @@ impl Function {
                 }
                 out.blocks[nb].insts.push(ni);
             }
-            let term = match &data.term {
-                Terminator::Jump(t) => Terminator::Jump(mcall(t)),
-                Terminator::Branch { cond, then_dest, else_dest } => Terminator::Branch {
-                    cond: mv(*cond),
-                    then_dest: mcall(then_dest),
-                    else_dest: mcall(else_dest),
-                },
-                Terminator::Return(v) => Terminator::Return(v.map(mv)),
-            };
+            let term = data.term.mapped(mv, mb);
             out.set_terminator(nb, term, data.term_span);
         }
         out

@@ -114,6 +114,34 @@ impl Terminator {
         a.into_iter().chain(b)
     }
 
+    /// The jumps of this terminator, to change in place.
+    pub fn successors_mut(&mut self) -> impl Iterator<Item = &mut BlockCall> {
+        let (a, b) = match self {
+            Terminator::Jump(t) => (Some(t), None),
+            Terminator::Branch { then_dest, else_dest, .. } => (Some(then_dest), Some(else_dest)),
+            Terminator::Return(_) => (None, None),
+        };
+        a.into_iter().chain(b)
+    }
+
+    /// This terminator with every value it reads replaced by `value(v)` and every block
+    /// it jumps to by `block(b)`.
+    pub fn mapped(&self, value: impl Fn(Value) -> Value, block: impl Fn(Block) -> Block) -> Terminator {
+        let call = |c: &BlockCall| BlockCall {
+            block: block(c.block),
+            args: c.args.iter().map(|&v| value(v)).collect(),
+        };
+        match self {
+            Terminator::Jump(t) => Terminator::Jump(call(t)),
+            Terminator::Branch { cond, then_dest, else_dest } => Terminator::Branch {
+                cond: value(*cond),
+                then_dest: call(then_dest),
+                else_dest: call(else_dest),
+            },
+            Terminator::Return(v) => Terminator::Return(v.map(&value)),
+        }
+    }
+
     /// Every value the terminator reads.
     pub fn uses(&self) -> Vec<Value> {
         let mut out = Vec::new();

@@ -305,19 +305,12 @@ fn copy_body(
     for i in copied {
         f.insts[i].args.iter_mut().for_each(|v| *v = mv(*v));
     }
-    let call = |c: &BlockCall| BlockCall {
-        block: block_map[&c.block],
-        args: c.args.iter().map(|&v| mv(v)).collect(),
-    };
     for (cb, data) in callee.blocks.iter() {
         let term = match &data.term {
-            Terminator::Jump(t) => Terminator::Jump(call(t)),
-            Terminator::Branch { cond, then_dest, else_dest } => {
-                Terminator::Branch { cond: mv(*cond), then_dest: call(then_dest), else_dest: call(else_dest) }
-            }
             Terminator::Return(v) => {
                 Terminator::Jump(BlockCall { block: after, args: v.map(mv).into_iter().collect() })
             }
+            term => term.mapped(mv, |b| block_map[&b]),
         };
         f.set_terminator(block_map[&cb], term, data.term_span);
     }

@@ -593,18 +593,8 @@ fn jam(f: &mut Function, proofs: &Proofs, n: &Nest) {
         .map(|(b, _)| b)
         .collect();
     for b in cfg_preds {
-        let retarget = |c: &mut BlockCall| {
-            if c.block == n.header {
-                c.block = jh;
-            }
-        };
-        match &mut f.blocks[b].term {
-            Terminator::Jump(c) => retarget(c),
-            Terminator::Branch { then_dest, else_dest, .. } => {
-                retarget(then_dest);
-                retarget(else_dest);
-            }
-            Terminator::Return(_) => {}
+        for c in f.blocks[b].term.successors_mut().filter(|c| c.block == n.header) {
+            c.block = jh;
         }
     }
 }
