@@ -1331,7 +1331,7 @@ fn check_aliasing(d: &mut Differentiated, func: FuncId, x: &[Val], limits: &Limi
     let args = deep_copy_all(x);
     let mut interp = mcir_interp::Interpreter::new(module, limits.clone());
     let out = interp.call(probe, args.clone()).map_err(|e| format!("the forward pass fails: {e}"))?;
-    let Some(Val::Agg(items)) = out else { return Err("the probe returned no tuple".into()) };
+    let Some(Val::Agg(items)) = &out else { return Err("the probe returned no tuple".into()) };
     let mut pairs = Pairs::default();
     let mut k = 1;
     for (i, &t) in f.params.iter().enumerate() {

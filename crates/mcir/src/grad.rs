@@ -363,7 +363,7 @@ impl Differentiated {
             call_args.push(s.clone());
         }
         let out = self.run(driver, &call_args, limits)?;
-        let Some(Val::Agg(items)) = out else {
+        let Some(Val::Agg(items)) = &out else {
             return Err(internal_error("the VJP driver returned no tuple"));
         };
         let value = if ret.is_some() { items.first().cloned() } else { None };
@@ -416,7 +416,7 @@ impl DriverRunner {
             }
         }
         .map_err(GradError::Runtime)?;
-        match out {
+        match &out {
             Some(Val::Agg(items)) => Ok(items.to_vec()),
             _ => Err(GradError::Runtime(internal_error(&format!(
                 "`{}` returned no tuple",

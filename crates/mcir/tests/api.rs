@@ -180,7 +180,7 @@ fn pair(x: f64[]) -> (f64, f64[]) { let y = copy(x); y[1] = y[1] * y[0]; return 
         let f = program.function("pair").unwrap();
         let seed = Value::Agg(vec![Value::F64(1.0), Value::vector(vec![1.0, 1.0])].into());
         let out = f.vjp(&[Value::vector(vec![2.0, 3.0])], Some(seed), &[]).unwrap();
-        let Some(Value::Agg(items)) = out.value else { panic!("a tuple") };
+        let Some(Value::Agg(items)) = &out.value else { panic!("a tuple") };
         assert_eq!(items[0].as_f64(), Some(6.0), "{engine:?}");
         assert_eq!(items[1].to_f64_vec().unwrap(), vec![2.0, 6.0], "{engine:?}");
         assert_eq!(out.gradient[0].to_f64_vec().unwrap(), vec![7.0, 4.0], "{engine:?}");

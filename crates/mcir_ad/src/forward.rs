@@ -451,7 +451,7 @@ pub(crate) fn build_tangent(
     if !has_tangent(types, t) {
         return e.unit();
     }
-    if types.is_address(t) {
+    if types.is_address(t) || crate::tangent::holds_itself(types, t) {
         return match fdata.next() {
             Some(v) => v,
             None => e.unit(),

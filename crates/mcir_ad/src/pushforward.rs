@@ -17,7 +17,7 @@
 
 use crate::emit::Emit;
 use crate::forward::{shadow_struct, tangent_extract};
-use crate::tangent::{field_leaf_ranges, has_tangent, leaves, tangent_type, LeafKind};
+use crate::tangent::{field_leaf_ranges, has_tangent, holds_itself, leaves, tangent_type, LeafKind};
 use crate::AdError;
 use mcir_ir::entity::EntityRef;
 use mcir_ir::{
@@ -810,7 +810,9 @@ impl Builder<'_> {
             }
             Op::TupleNew => Some(self.fields_tangent(lane, pa)),
             Op::StructNew(s) => {
-                if !types.struct_def(*s).mutable {
+                // An immutable struct's tangent is its fields' leaves, unless it holds
+                // itself: then, as for a mut struct, one value of its tangent struct.
+                if !types.struct_def(*s).mutable && !rty.is_some_and(|t| holds_itself(types, t)) {
                     return Ok(Some(self.fields_tangent(lane, pa)));
                 }
                 let Some(rt) = rty.filter(|&t| has_tangent(types, t)) else { return Ok(None) };
@@ -822,6 +824,14 @@ impl Builder<'_> {
                 }
                 let sty = tangent_type(types, rt);
                 shadow(self.e.val(Op::StructNew(ss), fields, sty))
+            }
+            Op::StructGet(s, i) if holds_itself(types, self.primal.value_type(pa[0])) => {
+                let Some(rt) = rty.filter(|&t| has_tangent(types, t)) else { return Ok(None) };
+                let Some(&whole) = self.t(lane, pa[0]).fdata.first() else { return Ok(None) };
+                let ss = shadow_struct(types, *s)?;
+                let tan_ty = tangent_type(types, rt);
+                let tv = self.e.val(Op::StructGet(ss, *i), vec![whole], tan_ty);
+                Some(self.split_tangent(types, rt, tv))
             }
             Op::TupleGet(i) | Op::StructGet(_, i) => {
                 let at = self.primal.value_type(pa[0]);

@@ -14,7 +14,9 @@
 //! run after another in the same call (no push's block reaches another's), and is used
 //! by nothing else than its pushes and the record in the forward pass, and its pops and
 //! peeks in the reverse pass. So a function without loops keeps one record per call and
-//! allocates nothing else for its tape; recursion keeps one record per activation.
+//! allocates nothing else for its tape; recursion keeps one record per activation, which
+//! holds the records of the calls it made (a record that holds records of its own kind:
+//! forward mode gives it a tangent struct of its own, `mcir_ad::tangent::holds_itself`).
 
 use mcir_ir::cfg::ControlFlow;
 use mcir_ir::entity::EntityRef;
@@ -74,7 +76,6 @@ impl Plan {
             return None;
         }
         let tape = rd.result?;
-        let record_ty = fwd.value_type(tape);
         let mut tuples = Vec::new();
         let mut uses: HashMap<Value, usize> = HashMap::new();
         for (b, data) in fwd.blocks.iter() {
@@ -114,12 +115,6 @@ impl Plan {
                 continue;
             }
             let Some(&Type::Stack(ty)) = types.try_get(fwd.value_type(s)) else { continue };
-            // A record that would hold a record of its own kind (a recursive call's) keeps
-            // those on a stack: a struct that holds itself directly has no finite tangent
-            // in forward mode, which second order needs.
-            if reaches(types, ty, record_ty) {
-                continue;
-            }
             fields.insert(k, Field { ty, stack: s, pushes: Vec::new(), read: Vec::new() });
         }
         let by_stack: HashMap<Value, usize> = fields.iter().map(|(&k, f)| (f.stack, k)).collect();
@@ -194,30 +189,6 @@ impl Plan {
         fields.retain(|k, _| !out.contains(k));
         Some(Plan { record, tuples, fields })
     }
-}
-
-/// Whether a value of type `t` holds (through fields, elements, cells or stacks) a value
-/// of type `target`, or is one.
-fn reaches(types: &TypeTable, t: TypeId, target: TypeId) -> bool {
-    let mut seen = HashSet::new();
-    let mut todo = vec![t];
-    while let Some(u) = todo.pop() {
-        if u == target {
-            return true;
-        }
-        if !seen.insert(u) {
-            continue;
-        }
-        match types.try_get(u) {
-            Some(Type::Ref(inner)) | Some(Type::Stack(inner)) => todo.push(*inner),
-            Some(Type::Tuple(items)) => todo.extend(items.iter().copied()),
-            Some(Type::Struct(_)) => {
-                todo.extend(types.as_struct(u).into_iter().flat_map(|(_, d)| d.fields.iter().map(|f| f.1)))
-            }
-            _ => {}
-        }
-    }
-    false
 }
 
 /// Whether no push of `pushes` can run after another in one call: no push's block

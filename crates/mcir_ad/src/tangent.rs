@@ -39,7 +39,7 @@ pub fn has_tangent(types: &TypeTable, t: TypeId) -> bool {
 }
 
 /// [`has_tangent`], with the structs being looked into: a struct reached again inside
-/// itself (a recursive function's tape, through a stack of its own tapes) adds nothing
+/// itself (a recursive function's tape, holding its calls' tapes) adds nothing
 /// that its other fields do not, so it counts as having none there.
 fn has_tangent_within(types: &TypeTable, t: TypeId, open: &mut Vec<TypeId>) -> bool {
     match types.try_get(t) {
@@ -64,8 +64,8 @@ fn has_tangent_within(types: &TypeTable, t: TypeId, open: &mut Vec<TypeId>) -> b
     }
 }
 
-/// Whether type `t` reaches itself through its fields, elements or cells (a struct that
-/// holds a stack of its own kind): such a type has no finite tangent type.
+/// Whether type `t` reaches itself through its fields, elements or cells (a recursive
+/// function's record): such a type has no finite tuple of leaves for a tangent.
 pub fn contains_itself(types: &TypeTable, t: TypeId) -> bool {
     fn parts(types: &TypeTable, t: TypeId) -> Vec<TypeId> {
         match types.try_get(t) {
@@ -91,6 +91,14 @@ pub fn contains_itself(types: &TypeTable, t: TypeId) -> bool {
     false
 }
 
+/// Whether `t` is an immutable struct that holds a value of its own type (a recursive
+/// function's record, holding the records of its recursive calls). Its parts cannot be
+/// flattened into leaves, so its derivative is one fdata leaf: a value of its tangent
+/// struct `S$tan`, built and read field by field like a mut struct's shadow.
+pub fn holds_itself(types: &TypeTable, t: TypeId) -> bool {
+    matches!(types.try_get(t), Some(Type::Struct(_))) && !types.is_address(t) && contains_itself(types, t)
+}
+
 /// The leaves of a value of type `t`, in depth-first field order.
 pub fn leaves(types: &TypeTable, t: TypeId) -> Vec<Leaf> {
     let mut out = Vec::new();
@@ -102,7 +110,7 @@ fn collect(types: &TypeTable, t: TypeId, path: &mut Vec<u32>, out: &mut Vec<Leaf
     if !has_tangent(types, t) {
         return;
     }
-    if types.is_address(t) {
+    if types.is_address(t) || holds_itself(types, t) {
         out.push(Leaf { path: path.clone(), kind: LeafKind::Fdata, ty: t });
         return;
     }
@@ -192,8 +200,8 @@ pub fn tangent_type(types: &mut TypeTable, t: TypeId) -> TypeId {
         Type::Struct(s) => {
             let def = types.struct_def(s).clone();
             // An immutable struct's tangent is the tuple of its fields' tangents, unless
-            // it holds itself (a recursive function's tape, through a stack of its own
-            // tapes): a tuple cannot, so its tangent is the immutable struct `S$tan`.
+            // it holds itself (a recursive function's tape, holding its calls' tapes): a
+            // tuple cannot, so its tangent is the immutable struct `S$tan`.
             if !def.mutable && !contains_itself(types, t) {
                 let ts: Vec<TypeId> = def.fields.iter().map(|f| tangent_type(types, f.1)).collect();
                 return types.intern(Type::Tuple(ts));

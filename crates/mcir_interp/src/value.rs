@@ -122,3 +122,50 @@ impl Val {
         }
     }
 }
+
+/// Values nest (a recursive function's record holds the records of its recursive calls,
+/// one level per call), and the compiler-made drop of a nested value recurses once per
+/// level: deep enough, that overflows the stack. A value that is the last holder of
+/// nested values hands them to a work list instead, so dropping never goes deeper than
+/// one level at a time.
+impl Drop for Val {
+    fn drop(&mut self) {
+        let mut pending = Vec::new();
+        take_nested(self, &mut pending);
+        while let Some(mut v) = pending.pop() {
+            take_nested(&mut v, &mut pending);
+        }
+    }
+}
+
+/// Whether `v` may hold other values.
+fn nests(v: &Val) -> bool {
+    matches!(v, Val::Ref(_) | Val::Agg(_) | Val::Mut(_) | Val::Stack(_))
+}
+
+/// Moves the values `v` alone holds, that may hold others, into `out`.
+fn take_nested(v: &mut Val, out: &mut Vec<Val>) {
+    let mut take = |x: &mut Val| {
+        if nests(x) {
+            out.push(std::mem::replace(x, Val::Unit));
+        }
+    };
+    match v {
+        Val::Agg(rc) => {
+            if let Some(fields) = Rc::get_mut(rc) {
+                fields.iter_mut().for_each(take);
+            }
+        }
+        Val::Ref(rc) => {
+            if let Some(cell) = Rc::get_mut(rc) {
+                take(cell.get_mut());
+            }
+        }
+        Val::Mut(rc) | Val::Stack(rc) => {
+            if let Some(cell) = Rc::get_mut(rc) {
+                cell.get_mut().iter_mut().for_each(take);
+            }
+        }
+        _ => {}
+    }
+}
