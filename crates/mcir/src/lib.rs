@@ -103,6 +103,18 @@ impl Program {
                 if let Err(e) = mcir_ir::verify_module(&module) {
                     return Err(fail(format!("internal compiler error: inlining broke the IR: {e}")));
                 }
+                let mut module = mcir_ir::scalarise::scalarise_small_arrays(&module);
+                // An inlined body ends in a jump to the rest of its caller's block: merged
+                // again, so that what the body computes and what the caller does with it
+                // are one block (the reverse pass recomputes within a block).
+                let ids: Vec<mcir_ir::FuncId> = module.funcs.keys().collect();
+                for id in ids {
+                    let f = std::mem::replace(&mut module.funcs[id], mcir_ir::Function::new("", &[], None));
+                    module.funcs[id] = f.into_simplified_cfg();
+                }
+                if let Err(e) = mcir_ir::verify_module(&module) {
+                    return Err(fail(format!("internal compiler error: scalarising broke the IR: {e}")));
+                }
                 let module = mcir_ir::hoist::fold_and_hoist(&module);
                 if let Err(e) = mcir_ir::verify_module(&module) {
                     return Err(fail(format!("internal compiler error: hoisting broke the IR: {e}")));

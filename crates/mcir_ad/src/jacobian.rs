@@ -68,7 +68,10 @@ pub(crate) fn store_local_jacobian(
     match jacobian_passes(types, rule, &fwd, &rev) {
         Some((new_fwd, new_rev, fields)) => {
             types.struct_def_mut(rule.tape_sid).fields = fields;
-            (crate::dce::remove_dead_code(&new_fwd), new_rev)
+            // The reverse pass recomputes what it can from values it reads; moved into
+            // the forward pass, those recomputations repeat what the forward pass did.
+            let merged = mcir_ir::cse::eliminate_common_subexpressions(new_fwd, types);
+            (crate::dce::remove_dead_code(&merged), new_rev)
         }
         None => (fwd, rev),
     }

@@ -80,6 +80,12 @@ pub(crate) struct Reverse<'a> {
     cur_pos: usize,
     last_write_before_current: Option<usize>,
     reloaded: HashMap<Value, Value>,
+    /// Primal values that the adjoint of a product or quotient reads whatever else is
+    /// recomputed (see [`read_by_products`]): a product of them is computed again from
+    /// them instead of being taped.
+    read_anyway: std::collections::HashSet<Value>,
+    /// Array types no instruction of the primal writes (see [`never_written_arrays`]).
+    never_written: std::collections::HashSet<TypeId>,
     /// Loop headers whose incoming edge is known from a counter.
     pub counted: Vec<Option<crate::analysis::CountedHeader>>,
     /// Loops whose counter the reverse pass recomputes, the counters' values in the
@@ -108,6 +114,69 @@ enum HeldAdjoint {
 /// is the sum of what those uses send back, and can be kept as a value: no zeroed
 /// shadow, no accumulation through memory, and when `sum` is the only use, no array at
 /// all (`sum(exp(v))` sends back one scalar for every element).
+/// The primal values that the adjoint of an active product or quotient reads: both
+/// factors of a product of two active values (`y * y`, `a * b`), the divisor of a
+/// quotient, and the quotient itself where the divisor is active. The reverse pass has
+/// them at hand whatever it decides for other values, so a cheap computation of them (`y
+/// * y`, `3 * y` in a Newton step) costs less to do again than to tape.
+fn read_by_products(primal: &Function, active: &[bool]) -> std::collections::HashSet<Value> {
+    let is_active = |v: Value| active.get(v.index()).copied().unwrap_or(false);
+    let mut out = std::collections::HashSet::new();
+    for data in primal.blocks.values() {
+        for &i in &data.insts {
+            let d = &primal.insts[i];
+            let Some(r) = d.result else { continue };
+            if !is_active(r) {
+                continue;
+            }
+            match d.op {
+                Op::FBinary(FBinOp::Mul) if d.args[0] == d.args[1] => {
+                    out.insert(d.args[0]);
+                }
+                Op::FBinary(FBinOp::Mul) if is_active(d.args[0]) && is_active(d.args[1]) => {
+                    out.extend([d.args[0], d.args[1]]);
+                }
+                Op::FBinary(FBinOp::Div) => {
+                    out.insert(d.args[1]);
+                    if is_active(d.args[1]) {
+                        out.insert(r);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// The array types of which `primal` writes no element: not stored into, not written by
+/// a kernel. A function that calls another or gives arena memory back (a checkpointed
+/// loop, whose arrays' memory a later array may reuse) counts as writing every array.
+/// Elements of the others are the same all through a call.
+fn never_written_arrays(primal: &Function) -> std::collections::HashSet<TypeId> {
+    let mut types: std::collections::HashSet<TypeId> = primal.values.values().map(|v| v.ty).collect();
+    for data in primal.blocks.values() {
+        for &i in &data.insts {
+            let d = &primal.insts[i];
+            match d.op {
+                Op::Store | Op::TrustedStore => {
+                    types.remove(&primal.value_type(d.args[0]));
+                }
+                ref op if mcir_ir::memory::may_write_elements(op) => {
+                    if matches!(op, Op::Call(_) | Op::ArenaRelease) || d.args.is_empty() {
+                        return Default::default();
+                    }
+                    for &a in &d.args {
+                        types.remove(&primal.value_type(a));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    types
+}
+
 fn register_held_arrays(primal: &Function) -> std::collections::HashSet<Value> {
     let is_map = |op: &Op| matches!(op, Op::MapFBinary(_) | Op::MapFUnary(_) | Op::MapFPowI);
     let mut candidates: HashMap<Value, (Block, usize)> = HashMap::new();
@@ -182,6 +251,7 @@ impl<'a> Reverse<'a> {
         counters: Vec<crate::analysis::LoopCounter>,
     ) -> Reverse<'a> {
         let (params, ret) = reverse_signature(types, primal, rule.tape_ty);
+        let read_anyway = read_by_products(primal, &active);
         let name = fw.e.func.name.replacen("$fwd", "$rev", 1);
         let mut func = Function::new(&name, &params, ret);
         func.span = primal.span;
@@ -270,6 +340,8 @@ impl<'a> Reverse<'a> {
             cur_pos: 0,
             last_write_before_current: None,
             reloaded: HashMap::new(),
+            read_anyway,
+            never_written: never_written_arrays(primal),
             counted: Vec::new(),
             counter_params: HashMap::new(),
             fw_to_primal: fw
@@ -496,8 +568,8 @@ impl<'a> Reverse<'a> {
         Ok(self.get(fv))
     }
 
-    /// A sum, difference or product of elements loaded earlier in the block being
-    /// reversed (or of constants, loop counters, or such computations themselves) is
+    /// A sum, difference, product or negation of elements loaded earlier in the block
+    /// being reversed (or of values the reverse pass reads anyway, of constants, loop counters, or such computations themselves) is
     /// computed again from reloaded elements instead of being taped: `x[i, j] - mu[c, j]`
     /// costs two loads and a subtraction, and an index `col[j] + r` a load and an
     /// addition, where taping either costs a store, a load and the tape's memory traffic.
@@ -513,7 +585,9 @@ impl<'a> Reverse<'a> {
         let mcir_ir::ValueDef::Inst(inst) = self.primal.values[primal_v].def else { return Ok(None) };
         let d = &self.primal.insts[inst];
         let (op, ty) = match d.op {
-            Op::FBinary(FBinOp::Add | FBinOp::Sub | FBinOp::Mul) => (d.op.clone(), TypeTable::F64),
+            Op::FBinary(FBinOp::Add | FBinOp::Sub | FBinOp::Mul) | Op::FUnary(FUnOp::Neg) => {
+                (d.op.clone(), TypeTable::F64)
+            }
             Op::IBinary(IBinOp::Add | IBinOp::Sub | IBinOp::Mul) => (d.op.clone(), TypeTable::I64),
             _ => return Ok(None),
         };
@@ -543,6 +617,9 @@ impl<'a> Reverse<'a> {
                         v
                     } else if let Some(v) = self.recompute_arithmetic_within(a, depth - 1)? {
                         v
+                    } else if self.read_anyway.contains(&a) {
+                        let fv = self.fw.fwd(a)?;
+                        self.get(fv)
                     } else {
                         return Ok(None);
                     }
@@ -559,16 +636,19 @@ impl<'a> Reverse<'a> {
     /// A value loaded from an array earlier in the block being reversed is loaded again
     /// instead of being kept on the tape, when nothing may have written memory between
     /// the load and the instruction whose adjoint needs it: by then the reverse pass has
-    /// undone everything after that instruction, so memory is as the load saw it.
+    /// undone everything after that instruction, so memory is as the load saw it. So is
+    /// a value loaded anywhere from an array of a type that the function never writes
+    /// (the data of an objective, its index arrays): its elements never change.
     fn reload(&mut self, primal_v: Value) -> Result<Option<Value>, AdError> {
         let mcir_ir::ValueDef::Inst(load) = self.primal.values[primal_v].def else { return Ok(None) };
         if !matches!(self.primal.insts[load].op, Op::Load | Op::TrustedLoad) {
             return Ok(None);
         }
-        let Some(pos) = self.primal.blocks[self.cur].insts.iter().position(|&i| i == load) else {
-            return Ok(None);
-        };
-        if self.last_write_before_current.is_some_and(|w| w > pos) || pos >= self.cur_pos {
+        let here = self.primal.blocks[self.cur].insts.iter().position(|&i| i == load);
+        let unchanged_since = here
+            .is_some_and(|pos| pos < self.cur_pos && self.last_write_before_current.is_none_or(|w| w <= pos));
+        let array_ty = self.primal.value_type(self.primal.insts[load].args[0]);
+        if !unchanged_since && !self.never_written.contains(&array_ty) {
             return Ok(None);
         }
         if let Some(&v) = self.reloaded.get(&primal_v) {

@@ -181,7 +181,7 @@ impl Gen<'_, '_> {
     fn statement(&mut self, scope: &mut Scope, indent: usize) {
         let nested = scope.depth < 2;
         let e = |g: &mut Self, s: &Scope| g.real(s, 2);
-        match self.src.below(42) {
+        match self.src.below(43) {
             0 | 1 => {
                 let v = self.name("t");
                 let value = e(self, scope);
@@ -511,6 +511,21 @@ impl Gen<'_, '_> {
                 self.line(indent + 1, &format!("into_pair(x[{i}] * 0.5 + 0.1 * tanh({value}), {o});"));
                 self.line(indent + 1, &format!("acc += 0.1 * shaped(x[{i}] + {o}[0]) * {o}[1];"));
                 self.line(indent, "}");
+            }
+            42 if nested => {
+                // A small array read and written only at constant indices, under a branch
+                // in a loop: its elements become values (loop-carried block parameters).
+                let (i, w) = (self.name("i"), self.name("w"));
+                let value = e(self, scope);
+                self.line(indent, &format!("let {w} = [[0.3719, tanh({value})], [1.0, 0.25]];"));
+                self.line(indent, &format!("for {i} in 0..len(x) {{"));
+                self.line(indent + 1, &format!("if x[{i}] > {w}[0, 0] {{"));
+                self.line(indent + 2, &format!("{w}[0, 1] = {w}[0, 1] * 0.5 + sin(x[{i}]);"));
+                self.line(indent + 1, "} else {");
+                self.line(indent + 2, &format!("{w}[1, 0] += 0.25 * x[{i}] * {w}[1, 1];"));
+                self.line(indent + 1, "}");
+                self.line(indent, "}");
+                self.line(indent, &format!("acc += {w}[0, 1] * {w}[1, 0] + f64(size({w}, 1)) * 0.01;"));
             }
             41 => {
                 // A helper with a branch and a loop, called once.

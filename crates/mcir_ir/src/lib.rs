@@ -22,6 +22,7 @@ pub mod memory;
 pub mod op;
 pub mod parse;
 pub mod print;
+pub mod scalarise;
 pub mod simplify;
 pub mod specialise;
 pub mod types;
