@@ -617,7 +617,14 @@ impl<'a> Reverse<'a> {
                         v
                     } else if let Some(v) = self.recompute_arithmetic_within(a, depth - 1)? {
                         v
-                    } else if self.read_anyway.contains(&a) {
+                    } else if depth + 1 >= REMAT_DEPTH
+                        && self.depth_of(self.cur) > 0
+                        && self.read_anyway.contains(&a)
+                    {
+                        // In a loop, where taping costs memory in every iteration, and
+                        // within two operations of the value asked for: outside loops a
+                        // value is one field of a record, and deeper chains would redo a
+                        // whole computation (an RK4 step) that a few words keep.
                         let fv = self.fw.fwd(a)?;
                         self.get(fv)
                     } else {
