@@ -25,7 +25,7 @@ pub(crate) struct Forward {
     /// overwrote, a callee's tape.
     pub saved: HashMap<Inst, Vec<Value>>,
     /// Edge blocks that record which incoming edge of a join was taken: (block, index).
-    pub edge_marks: Vec<(Block, usize)>,
+    pub edge_marks: Vec<(Block, usize, Block)>,
     /// Edge blocks leaving a counted loop, which record its counter: (block, loop, value).
     pub counter_marks: Vec<(Block, usize, Value)>,
     /// Primal return blocks, in block order.
@@ -391,7 +391,7 @@ pub(crate) fn build_forward(
             fw.e.func.set_terminator(eb, Terminator::Jump(BlockCall { block: dest, args }), data.term_span);
             if needs_path {
                 let k = incoming.iter().position(|e| e.from == b && e.slot == slot).unwrap_or(0);
-                fw.edge_marks.push((eb, k));
+                fw.edge_marks.push((eb, k, call.block));
             }
             for k in exits {
                 let p = fw.fwd(counters[k].param)?;

@@ -278,7 +278,7 @@ fn derive_function(
     let counters = analysis::loop_counters(primal, &edges, &counted);
     let range_loops = counters.clone();
     let mut fw = forward::build_forward(module, rules, rule, primal, &edges, &counted, &counters, constant)?;
-    let (rev, slots, pushes, path_slot, counter_slots) = {
+    let (rev, slots, pushes, path_slot, counter_slots, replayed) = {
         let mut rv = reverse::Reverse::new(
             rule,
             primal,
@@ -297,7 +297,8 @@ fn derive_function(
         let slots: Vec<(Option<mcir_ir::Value>, TypeId, String, bool)> =
             rv.slots.iter().map(|s| (s.fwd, s.ty, s.name.clone(), s.direct)).collect();
         let counter_slots = rv.counter_slots.clone();
-        (rv.e.func, slots, rv.pushes, path, counter_slots)
+        let replayed = std::mem::take(&mut rv.replayed);
+        (rv.e.func, slots, rv.pushes, path, counter_slots, replayed)
     };
     // The tape: create the stacks on entry to the forward pass, push what the reverse
     // pass pops at the end of each block, mark edges into joins and the return taken.
@@ -344,7 +345,10 @@ fn derive_function(
             .unwrap_or(tape_placeholder());
     fw.e.func.values[tape].name = Some("tape".to_string());
     let path = path_slot.map(|s| stacks[s]);
-    for (eb, k) in fw.edge_marks.clone() {
+    for (eb, k, join) in fw.edge_marks.clone() {
+        if replayed.contains(&join) {
+            continue;
+        }
         if let Some(path) = path {
             fw.e.block = eb;
             let c = fw.e.iconst(k as i64);

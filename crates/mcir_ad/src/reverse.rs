@@ -95,6 +95,12 @@ pub(crate) struct Reverse<'a> {
     /// The primal value of each forward value that has one.
     fw_to_primal: HashMap<Value, Value>,
     pub counter_slots: Vec<Option<usize>>,
+    /// Joins whose incoming edge the reverse pass finds by evaluating again the branch
+    /// conditions that led to it (see [`Reverse::replay_region`]): the forward pass marks
+    /// no edge into them on the path stack.
+    pub replayed: std::collections::HashSet<Block>,
+    /// The primal's control flow, for the dominators of joins.
+    flow: mcir_ir::cfg::ControlFlow,
     /// Arrays made by elementwise maps whose adjoint is held in values, not in a shadow
     /// array (see `register_held_arrays`), and those adjoints so far.
     held: std::collections::HashSet<Value>,
@@ -351,6 +357,8 @@ impl<'a> Reverse<'a> {
                 .filter_map(|(pi, fv)| fv.map(|fv| (fv, Value::new(pi))))
                 .collect(),
             counter_slots: vec![None; counters.len()],
+            replayed: Default::default(),
+            flow: mcir_ir::cfg::ControlFlow::compute(primal),
             counters,
             held: register_held_arrays(primal),
             held_adj: HashMap::new(),
@@ -1030,8 +1038,14 @@ impl<'a> Reverse<'a> {
             }
             None => None,
         };
+        let replay = if first.is_none() { self.replay_region(b, edges) } else { None };
+        let conditions = match &replay {
+            Some(branches) => Some(self.replayed_conditions(branches)?),
+            None => None,
+        };
         let k = match first {
             Some(_) => None,
+            None if conditions.is_some() => None,
             None => {
                 let stack = self.path_stack();
                 let k = self.e.val(Op::StackPop, vec![stack], TypeTable::I64);
@@ -1049,6 +1063,13 @@ impl<'a> Reverse<'a> {
             targets.push(BlockCall { block: eb, args: vec![] });
         }
         self.e.block = rb;
+        if let (Some(conditions), Some(d)) = (conditions, self.flow.idom(b)) {
+            let target_of: HashMap<(Block, usize), BlockCall> =
+                edges.iter().zip(targets).map(|(e, t)| ((e.from, e.slot), t)).collect();
+            self.replayed.insert(b);
+            self.emit_replay(d, b, rb, &conditions, &target_of, data.term_span)?;
+            return Ok(());
+        }
         match (first, k) {
             (Some((cond, entry_edge)), _) if targets.len() == 2 => {
                 let back = targets.remove(1 - entry_edge);
@@ -1060,6 +1081,124 @@ impl<'a> Reverse<'a> {
             (_, Some(k)) => self.dispatch(k, targets),
             _ => Err(self.err("a counted loop header without two incoming edges".to_string())),
         }
+    }
+
+    /// The blocks from the immediate dominator of join `b` to `b`, when the edge the
+    /// forward pass took into `b` follows from branch conditions that the reverse pass
+    /// can evaluate again without the tape: the region from the dominator is acyclic,
+    /// ends only in `b`, and each of its branches compares constants, loop counters or
+    /// values the tape holds once (`c < j` when copying all but one column of a row).
+    /// Then no path is taped for `b`: its reverse replays the decisions. Conditions are
+    /// only comparisons of such values, which cannot fail, so evaluating those of a path
+    /// not taken is harmless.
+    fn replay_region(&self, b: Block, edges: &[Edge]) -> Option<Vec<Block>> {
+        /// The most blocks between a join and its dominator that are replayed.
+        const MAX_REPLAYED_BLOCKS: usize = 8;
+        let d = self.flow.idom(b).filter(|&d| d != b)?;
+        let mut region = Vec::new();
+        let mut leaves = Vec::new();
+        let mut todo = vec![d];
+        while let Some(x) = todo.pop() {
+            if region.contains(&x) || region.len() >= MAX_REPLAYED_BLOCKS || !self.flow.dominates(d, x) {
+                return None;
+            }
+            region.push(x);
+            let term = &self.primal.blocks[x].term;
+            match term {
+                Terminator::Return(_) => return None,
+                Terminator::Branch { cond, .. } if !self.replayable_condition(*cond) => return None,
+                _ => {}
+            }
+            for (slot, s) in term.successors().enumerate() {
+                if s.block == b {
+                    leaves.push((x, slot));
+                } else if s.block == d {
+                    return None;
+                } else {
+                    todo.push(s.block);
+                }
+            }
+        }
+        let incoming: Vec<(Block, usize)> = edges.iter().map(|e| (e.from, e.slot)).collect();
+        let all = leaves.len() == incoming.len() && leaves.iter().all(|l| incoming.contains(l));
+        all.then_some(region)
+    }
+
+    /// Whether `cond` compares values the reverse pass of the current block has without
+    /// the tape's per-iteration records: constants, loop counters, entry values.
+    fn replayable_condition(&self, cond: Value) -> bool {
+        let Some(d) = self.primal.defining(cond) else { return false };
+        matches!(d.op, Op::ICmp(_) | Op::FCmp(_)) && d.args.iter().all(|&a| self.replayable_operand(a))
+    }
+
+    fn replayable_operand(&self, a: Value) -> bool {
+        if self.counter_params.contains_key(&a) {
+            return true;
+        }
+        if let Some(d) = self.primal.defining(a) {
+            if matches!(d.op, Op::IConst(_) | Op::FConst(_) | Op::BConst(_)) {
+                return true;
+            }
+        }
+        self.fw.vmap.get(a.index()).copied().flatten().is_some_and(|fv| self.fw_entry_values.contains(&fv))
+    }
+
+    /// The conditions of the branches of `region`, evaluated again in the current block.
+    fn replayed_conditions(&mut self, region: &[Block]) -> Result<HashMap<Value, Value>, AdError> {
+        let mut out = HashMap::new();
+        for &x in region {
+            if let Terminator::Branch { cond, .. } = self.primal.blocks[x].term {
+                if out.contains_key(&cond) {
+                    continue;
+                }
+                let Some(d) = self.primal.defining(cond).cloned() else { continue };
+                let mut args = Vec::new();
+                for a in d.args {
+                    args.push(self.fwdv(a)?);
+                }
+                let v = self.e.val(d.op, args, TypeTable::BOOL);
+                out.insert(cond, v);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Ends `into` with the decisions the forward pass took from `x` on its way to join
+    /// `b`, each edge into `b` going to its reverse in `target_of`.
+    fn emit_replay(
+        &mut self,
+        x: Block,
+        b: Block,
+        into: Block,
+        conditions: &HashMap<Value, Value>,
+        target_of: &HashMap<(Block, usize), BlockCall>,
+        span: mcir_ir::Span,
+    ) -> Result<(), AdError> {
+        let term = self.primal.blocks[x].term.clone();
+        let mut dests = Vec::new();
+        for (slot, s) in term.successors().enumerate() {
+            if s.block == b {
+                let t = target_of.get(&(x, slot)).cloned();
+                dests.push(t.ok_or_else(|| self.err(format!("no reverse for the edge {x}:{slot}")))?);
+            } else if matches!(term, Terminator::Jump(_)) {
+                return self.emit_replay(s.block, b, into, conditions, target_of, span);
+            } else {
+                let nb = self.e.func.add_block();
+                self.emit_replay(s.block, b, nb, conditions, target_of, span)?;
+                dests.push(BlockCall { block: nb, args: vec![] });
+            }
+        }
+        let term = match (term, dests.len()) {
+            (Terminator::Jump(_), 1) => Terminator::Jump(dests.remove(0)),
+            (Terminator::Branch { cond, .. }, 2) => {
+                let c = *conditions.get(&cond).ok_or_else(|| self.err(format!("{cond} was not replayed")))?;
+                let else_dest = dests.remove(1);
+                Terminator::Branch { cond: c, then_dest: dests.remove(0), else_dest }
+            }
+            _ => return Err(self.err(format!("{x} cannot be replayed"))),
+        };
+        self.e.func.set_terminator(into, term, span);
+        Ok(())
     }
 
     /// Adjoints for the end of the block an edge leaves: what flows through `b` unchanged,

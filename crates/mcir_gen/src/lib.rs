@@ -181,7 +181,7 @@ impl Gen<'_, '_> {
     fn statement(&mut self, scope: &mut Scope, indent: usize) {
         let nested = scope.depth < 2;
         let e = |g: &mut Self, s: &Scope| g.real(s, 2);
-        match self.src.below(43) {
+        match self.src.below(44) {
             0 | 1 => {
                 let v = self.name("t");
                 let value = e(self, scope);
@@ -526,6 +526,22 @@ impl Gen<'_, '_> {
                 self.line(indent + 1, "}");
                 self.line(indent, "}");
                 self.line(indent, &format!("acc += {w}[0, 1] * {w}[1, 0] + f64(size({w}, 1)) * 0.01;"));
+            }
+            43 if nested => {
+                // Branches on loop counters (all but one column copied, as for a minor):
+                // the reverse pass evaluates the comparisons again instead of taping
+                // which way each iteration went.
+                let (r, c) = (self.name("r"), self.name("c"));
+                let value = e(self, scope);
+                self.line(indent, &format!("for {r} in 0..size(m, 0) {{"));
+                self.line(indent + 1, &format!("for {c} in 0..size(m, 1) {{"));
+                self.line(indent + 2, &format!("if {c} < 1 {{"));
+                self.line(indent + 3, &format!("acc += m[{r}, {c}] * tanh({value});"));
+                self.line(indent + 2, &format!("}} else if {c} > {r} {{"));
+                self.line(indent + 3, &format!("acc += sin(m[{r}, {c}]) * 0.5;"));
+                self.line(indent + 2, "}");
+                self.line(indent + 1, "}");
+                self.line(indent, "}");
             }
             41 => {
                 // A helper with a branch and a loop, called once.
