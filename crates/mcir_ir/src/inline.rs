@@ -89,40 +89,26 @@ fn may_inline(module: &Module, id: FuncId, f: &Function, limit: usize) -> bool {
 /// writes; inlined into its caller's loop, the array's writes went on the caller's tape
 /// in every iteration (GradBench's `ode`: gradients 1.5 to 3 times slower).
 fn may_inline_with_control(module: &Module, id: FuncId, f: &Function) -> bool {
-    let makes_arrays = f.blocks.len() > 1
-        && f.insts.values().any(|d| {
-            matches!(
-                d.op,
-                Op::ArrayFill
-                    | Op::ArrayLit(_)
-                    | Op::ZerosLike
-                    | Op::ArrayCopy
-                    | Op::MapFBinary(_)
-                    | Op::MapIBinary(_)
-                    | Op::MapFUnary(_)
-                    | Op::MapFPowI
-                    | Op::MatMul(_)
-                    | Op::MatVec(_)
-                    | Op::Transpose
-            )
-        });
-    !makes_arrays
-        && f.blocks.len() <= MAX_BLOCKS
+    let one_block = f.blocks.len() == 1;
+    f.blocks.len() <= MAX_BLOCKS
         && f.insts.len() <= MAX_INSTS_WITH_CONTROL
         && f.blocks.iter().all(|(_, b)| {
             b.insts.iter().all(|&i| {
-                !matches!(
-                    f.insts[i].op,
-                    Op::Call(_)
-                        | Op::StackNew
-                        | Op::StackPush
-                        | Op::StackPop
-                        | Op::StackPeek
-                        | Op::StackReserve
-                        | Op::StackPut
-                        | Op::ArenaMark
-                        | Op::ArenaRelease
-                )
+                let op = &f.insts[i].op;
+                let makes_array = op.allocates() && !matches!(op, Op::RefNew | Op::StackNew);
+                (one_block || !makes_array)
+                    && !matches!(
+                        op,
+                        Op::Call(_)
+                            | Op::StackNew
+                            | Op::StackPush
+                            | Op::StackPop
+                            | Op::StackPeek
+                            | Op::StackReserve
+                            | Op::StackPut
+                            | Op::ArenaMark
+                            | Op::ArenaRelease
+                    )
             })
         })
         && !module.rules.iter().any(|r| r.func == id)
