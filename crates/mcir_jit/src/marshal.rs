@@ -141,7 +141,7 @@ pub(crate) fn from_native(types: &TypeTable, ty: TypeId, w: u64, known: &mut Has
                 Scalar::I64 => ArrayData::I64(a.i64s().to_vec()),
                 Scalar::Bool => ArrayData::Bool(a.bools().iter().map(|&b| b != 0).collect()),
             };
-            let v = Val::Array(Array::new(a.shape(), data));
+            let v = Val::Array(Array::new(a.shape().to_vec(), data));
             known.insert(w, v.clone());
             v
         }

@@ -76,8 +76,12 @@ impl ArrayRef {
     pub fn rank(&self) -> usize {
         self.word(array::RANK) as usize
     }
-    pub fn shape(&self) -> Vec<usize> {
-        (0..self.rank().min(3)).map(|d| self.word(array::DIMS + 8 * d as i32) as usize).collect()
+    pub fn shape(&self) -> Shape {
+        let mut shape = Shape { dims: [0; 3], rank: self.rank().min(3) };
+        for d in 0..shape.rank {
+            shape.dims[d] = self.word(array::DIMS + 8 * d as i32) as usize;
+        }
+        shape
     }
     pub fn data(&self) -> *mut u8 {
         self.word(array::DATA) as *mut u8
@@ -97,6 +101,27 @@ impl ArrayRef {
     }
 }
 
+/// An array's extents, held inline: making an array at run time allocates nothing but
+/// the array.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Shape {
+    dims: [usize; 3],
+    rank: usize,
+}
+
+impl std::ops::Deref for Shape {
+    type Target = [usize];
+    fn deref(&self) -> &[usize] {
+        &self.dims[..self.rank]
+    }
+}
+
+impl PartialEq for Shape {
+    fn eq(&self, other: &Shape) -> bool {
+        **self == **other
+    }
+}
+
 fn arr(p: *mut u8) -> Result<ArrayRef, Kind> {
     if p.is_null() {
         return Err(Kind::Internal("a null array".into()));
@@ -107,7 +132,7 @@ fn arr(p: *mut u8) -> Result<ArrayRef, Kind> {
 fn same_shape(a: ArrayRef, b: ArrayRef) -> Result<(), Kind> {
     let (x, y) = (a.shape(), b.shape());
     if x != y {
-        return Err(Kind::ShapeMismatch { left: x, right: y });
+        return Err(Kind::ShapeMismatch { left: x.to_vec(), right: y.to_vec() });
     }
     Ok(())
 }
@@ -171,17 +196,15 @@ pub(crate) fn new_array(ctx: *mut Ctx, elem: i64, shape: &[usize]) -> Result<Arr
     new_array_with(ctx, elem, shape, false)
 }
 
-fn extents(rank: i64, d0: i64, d1: i64, d2: i64) -> Result<Vec<usize>, Kind> {
-    [d0, d1, d2]
-        .iter()
-        .take(rank.clamp(0, 3) as usize)
-        .map(|&n| {
-            if n > mcir_ir::MAX_EXTENT {
-                return Err(Kind::ExtentTooLarge(n));
-            }
-            usize::try_from(n).map_err(|_| Kind::NegativeExtent(n))
-        })
-        .collect()
+fn extents(rank: i64, d0: i64, d1: i64, d2: i64) -> Result<Shape, Kind> {
+    let mut shape = Shape { dims: [0; 3], rank: rank.clamp(0, 3) as usize };
+    for (d, &n) in [d0, d1, d2].iter().enumerate().take(shape.rank) {
+        if n > mcir_ir::MAX_EXTENT {
+            return Err(Kind::ExtentTooLarge(n));
+        }
+        shape.dims[d] = usize::try_from(n).map_err(|_| Kind::NegativeExtent(n))?;
+    }
+    Ok(shape)
 }
 
 pub(crate) extern "C" fn mc_fail(ctx: *mut Ctx, site: i64, code: i64, a: i64, b: i64, c: i64) {
@@ -441,8 +464,8 @@ pub(crate) extern "C" fn mc_matmul_acc(ctx: *mut Ctx, site: i64, t: i64, c: *mut
         let (xe, ye) = (extents2(x)?, extents2(y)?);
         let t = transpose(t);
         let (m, n) = mcir_interp::kernels::matmul_shape(xe, ye, t)?;
-        if acc.shape() != [m, n] {
-            return Err(Kind::ShapeMismatch { left: acc.shape(), right: vec![m, n] });
+        if acc.shape()[..] != [m, n] {
+            return Err(Kind::ShapeMismatch { left: acc.shape().to_vec(), right: vec![m, n] });
         }
         let (xd, yd) = (operand(x, acc), operand(y, acc));
         mcir_interp::kernels::matmul_acc(acc.f64s(), &xd, xe, &yd, ye, t);
@@ -455,8 +478,8 @@ pub(crate) extern "C" fn mc_matvec_acc(ctx: *mut Ctx, site: i64, t: i64, o: *mut
         let (acc, x, y) = (arr(o)?, arr(a)?, arr(v)?);
         let xe = extents2(x)?;
         let m = mcir_interp::kernels::matvec_len(xe, y.len(), t != 0)?;
-        if acc.shape() != [m] {
-            return Err(Kind::ShapeMismatch { left: acc.shape(), right: vec![m] });
+        if acc.shape()[..] != [m] {
+            return Err(Kind::ShapeMismatch { left: acc.shape().to_vec(), right: vec![m] });
         }
         let (xd, yd) = (operand(x, acc), operand(y, acc));
         mcir_interp::kernels::matvec_acc(acc.f64s(), &xd, xe, &yd, t != 0);
@@ -467,8 +490,8 @@ pub(crate) extern "C" fn mc_matvec_acc(ctx: *mut Ctx, site: i64, t: i64, o: *mut
 pub(crate) extern "C" fn mc_outer_acc(ctx: *mut Ctx, site: i64, c: *mut u8, a: *mut u8, b: *mut u8) {
     guard(ctx, site, || {
         let (acc, x, y) = (arr(c)?, arr(a)?, arr(b)?);
-        if acc.shape() != [x.len(), y.len()] {
-            return Err(Kind::ShapeMismatch { left: acc.shape(), right: vec![x.len(), y.len()] });
+        if acc.shape()[..] != [x.len(), y.len()] {
+            return Err(Kind::ShapeMismatch { left: acc.shape().to_vec(), right: vec![x.len(), y.len()] });
         }
         let (xd, yd) = (operand(x, acc), operand(y, acc));
         mcir_interp::kernels::outer_acc(acc.f64s(), &xd, &yd);
