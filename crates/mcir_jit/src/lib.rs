@@ -236,9 +236,6 @@ impl Jit {
     }
 }
 
-/// Names the generated code for `perf` (`/tmp/perf-PID.map`, one line per function:
-/// start, size, name), so profiles of native code show IR function names. Best effort:
-/// a map that cannot be written is left out.
 /// Native code being built (see [`Jit::builder`]).
 pub struct JitBuilder {
     jit: JITModule,
@@ -246,6 +243,9 @@ pub struct JitBuilder {
     /// Each added function's Cranelift id, and its entry trampoline's if it is a root
     /// (by function index).
     funcs: Vec<Option<CFuncId>>,
+    /// Which functions return their tuple's fields in registers (`lower::register_fields`):
+    /// those Rust never calls (added as no root), so no trampoline reads their result.
+    in_registers: Vec<bool>,
     tramps: Vec<Option<(CFuncId, cranelift_codegen::ir::Signature)>>,
     sites: lower::Sites,
     batch: pool::Open,
@@ -344,6 +344,7 @@ impl JitBuilder {
             jit,
             runtime,
             funcs: Vec::new(),
+            in_registers: Vec::new(),
             tramps: Vec::new(),
             sites: Vec::new(),
             batch: pool::Open(Batch::start(isas, dump)),
@@ -358,6 +359,7 @@ impl JitBuilder {
         let err = |e: &dyn std::fmt::Display| JitError(e.to_string());
         let n = module.funcs.len();
         self.funcs.resize(n.max(self.funcs.len()), None);
+        self.in_registers.resize(n.max(self.in_registers.len()), false);
         self.tramps.resize(n.max(self.tramps.len()), None);
         let mut reachable = vec![false; n];
         let mut todo: Vec<FuncId> = roots.to_vec();
@@ -375,9 +377,19 @@ impl JitBuilder {
         }
         let runs_once = runs_once(module, &reachable, roots);
         // Declarations first: bodies call functions declared in this step or before.
+        for &r in roots {
+            if self.in_registers.get(r.index()).copied().unwrap_or(false) {
+                return Err(JitError(format!(
+                    "internal error: @{} was compiled to be called from native code only",
+                    module.funcs[r].name
+                )));
+            }
+        }
         for (id, f) in module.funcs.iter() {
             if reachable[id.index()] {
-                let sig = lower::signature(&self.jit, f);
+                let in_registers = !roots.contains(&id) && lower::register_fields(&module.types, f).is_some();
+                self.in_registers[id.index()] = in_registers;
+                let sig = lower::signature(&self.jit, &module.types, f, in_registers);
                 let cid = self
                     .jit
                     .declare_function(&format!("f{}", id.index()), Linkage::Local, &sig)
@@ -412,6 +424,7 @@ impl JitBuilder {
                     jit: &mut self.jit,
                     module,
                     funcs: &funcs,
+                    in_registers: &self.in_registers,
                     runtime: &self.runtime,
                     sites: &mut self.sites,
                 };
@@ -515,6 +528,9 @@ impl JitBuilder {
     }
 }
 
+/// Names the generated code for `perf` (`/tmp/perf-PID.map`, one line per function:
+/// start, size, name), so profiles of native code show IR function names. Best effort:
+/// a map that cannot be written is left out.
 fn write_perf_map(jit: &JITModule, work: &[Job]) {
     use std::io::Write;
     let path = format!("/tmp/perf-{}.map", std::process::id());

@@ -106,17 +106,71 @@ fn header_flags() -> MemFlagsData {
 /// Where each check and fallible call is in the source, by site number.
 pub(crate) type Sites = Vec<(String, Span)>;
 
-/// Declares, for every function of the module, its Cranelift signature.
-pub(crate) fn signature(m: &JITModule, f: &Function) -> Signature {
+/// Declares, for every function of the module, its Cranelift signature: with
+/// `fields_in_registers`, a function that returns a tuple returns its fields (see
+/// [`register_fields`]).
+pub(crate) fn signature(
+    m: &JITModule,
+    types: &TypeTable,
+    f: &Function,
+    fields_in_registers: bool,
+) -> Signature {
     let mut sig = m.make_signature();
     sig.params.push(AbiParam::new(P));
     for &t in &f.params {
         sig.params.push(AbiParam::new(machine_type(t)));
     }
-    if let Some(r) = f.ret {
-        sig.returns.push(AbiParam::new(machine_type(r)));
+    match (f.ret, fields_in_registers.then(|| register_fields(types, f)).flatten()) {
+        (_, Some(fields)) => sig.returns.extend(fields.into_iter().map(AbiParam::new)),
+        (Some(r), None) => sig.returns.push(AbiParam::new(machine_type(r))),
+        (None, None) => {}
     }
     sig
+}
+
+/// The machine types of the fields of the tuple `f` returns, when they fit in the
+/// registers a call returns values in (two integers and two floats on x86-64 and
+/// AArch64 alike): a rule's forward pass returns its value and its record so, which
+/// then take no arena memory (a recursive function's forward pass runs once per
+/// activation).
+pub(crate) fn register_fields(types: &TypeTable, f: &Function) -> Option<Vec<CType>> {
+    let mcir_ir::Type::Tuple(items) = types.get(f.ret?) else { return None };
+    let fields: Vec<CType> = items.iter().map(|&t| machine_type(t)).collect();
+    let floats = fields.iter().filter(|&&t| t == types::F64).count();
+    (fields.len() >= 2 && floats <= 2 && fields.len() - floats <= 2).then_some(fields)
+}
+
+/// The tuples of `f` that live in registers, never in memory: those it builds and those
+/// calls to functions of `in_registers` return, when nothing uses them but field reads
+/// and, if `f` returns its tuple's fields in registers itself, its returns.
+fn register_tuples(f: &Function, in_registers: &[bool], returns_fields: bool) -> HashSet<Value> {
+    let mut candidates: HashSet<Value> = HashSet::new();
+    for (_, d) in f.insts.iter() {
+        match (&d.op, d.result) {
+            (Op::TupleNew, Some(r)) if !d.args.is_empty() => {
+                candidates.insert(r);
+            }
+            (Op::Call(g), Some(r)) if in_registers.get(g.index()).copied().unwrap_or(false) => {
+                candidates.insert(r);
+            }
+            _ => {}
+        }
+    }
+    for (_, d) in f.insts.iter() {
+        let skip = usize::from(matches!(d.op, Op::TupleGet(_)));
+        for a in d.args.iter().skip(skip) {
+            candidates.remove(a);
+        }
+    }
+    for (_, data) in f.blocks.iter() {
+        if returns_fields && matches!(data.term, mcir_ir::Terminator::Return(Some(_))) {
+            continue;
+        }
+        for u in data.term.uses() {
+            candidates.remove(&u);
+        }
+    }
+    candidates
 }
 
 /// The state shared by the lowering of every function of a module.
@@ -124,6 +178,8 @@ pub(crate) struct Lowering<'a> {
     pub jit: &'a mut JITModule,
     pub module: &'a Module,
     pub funcs: &'a [CFuncId],
+    /// Which functions return their tuple's fields in registers (by function index).
+    pub in_registers: &'a [bool],
     pub runtime: &'a HashMap<&'static str, CFuncId>,
     pub sites: &'a mut Sites,
 }
@@ -156,6 +212,16 @@ struct FnLower<'a, 'b> {
     early_fields: HashMap<Value, Vec<(mcir_ir::Inst, usize)>>,
     /// Whether the function gives arena memory back (`arena.release`).
     releases_arena: bool,
+    /// Whether the function returns its tuple's fields in registers.
+    returns_fields: bool,
+    /// The tuples that live in registers (`register_tuples`), and once lowered, their
+    /// fields.
+    register_tuples: HashSet<Value>,
+    tuple_fields: HashMap<Value, Vec<CValue>>,
+    /// The values `unset` makes: a record's field that holds one is not stored, since
+    /// nothing reads it (a rule's record holds the values of every path, and each run
+    /// writes only those of its own).
+    unset: HashSet<Value>,
     /// While the copies of an unrolled body are lowered: the accesses whose address
     /// moves by a fixed stride from one copy to the next (see `stepped_access`).
     stepped: Option<Stepped>,
@@ -446,7 +512,8 @@ impl<'a> Lowering<'a> {
         // Loops around reductions run several iterations side by side (`mcir_ir::jam`).
         let compiled = mcir_ir::jam::as_compiled(self.module, &self.module.funcs[func]);
         let f = &*compiled;
-        clif.signature = signature(self.jit, f);
+        let returns_fields = self.in_registers.get(func.index()).copied().unwrap_or(false);
+        clif.signature = signature(self.jit, &self.module.types, f, returns_fields);
         clif.name = UserFuncName::user(0, func.index() as u32);
         let target = self.jit.target_config();
         let b = FunctionBuilder::new(clif, fctx);
@@ -454,6 +521,7 @@ impl<'a> Lowering<'a> {
             .into_iter()
             .filter_map(|i| f.insts[i].result.map(|r| (r, i)))
             .collect();
+        let register_tuples = register_tuples(f, self.in_registers, returns_fields);
         let mut fl = FnLower {
             l: self,
             b,
@@ -471,6 +539,15 @@ impl<'a> Lowering<'a> {
             early_records: HashMap::new(),
             early_fields: HashMap::new(),
             releases_arena: f.insts.iter().any(|(_, d)| matches!(d.op, Op::ArenaRelease)),
+            returns_fields,
+            register_tuples,
+            tuple_fields: HashMap::new(),
+            unset: f
+                .insts
+                .iter()
+                .filter(|(_, d)| matches!(d.op, Op::Unset))
+                .filter_map(|(_, d)| d.result)
+                .collect(),
             stepped: None,
             latch_target: HashMap::new(),
             sole_reservations: sole_reservations(f),
@@ -603,8 +680,11 @@ impl FnLower<'_, '_> {
     fn block_insts(&mut self, b: mcir_ir::Block) -> Result<(), String> {
         let f = self.f;
         let data = &f.blocks[b];
-        let sizes =
-            data.insts.iter().filter_map(|&i| fixed_allocation(&f.insts[i].op, f.insts[i].args.len()));
+        let sizes = data
+            .insts
+            .iter()
+            .filter(|&&i| !f.insts[i].result.is_some_and(|r| self.register_tuples.contains(&r)))
+            .filter_map(|&i| fixed_allocation(&f.insts[i].op, f.insts[i].args.len()));
         let (count, total) = sizes.fold((0, 0), |(c, t), s| (c + 1, t + s));
         self.block_bytes = if count > 1 { total } else { 0 };
         self.piece = None;
@@ -643,6 +723,7 @@ impl FnLower<'_, '_> {
                 let d = &f.insts[i];
                 matches!(d.op, Op::TupleNew | Op::StructNew(_))
                     && d.args.len() >= EARLY_RECORD_FIELDS
+                    && !d.result.is_some_and(|r| self.register_tuples.contains(&r))
                     && !d.args.iter().any(|a| self.fused.contains_key(a))
             })
             .collect();
@@ -658,7 +739,9 @@ impl FnLower<'_, '_> {
             let base = self.alloc(8 * d.args.len() as i64, site);
             let mut stored = vec![false; d.args.len()];
             for (k, &a) in d.args.iter().enumerate() {
-                if defined_here.contains(&a) {
+                if self.unset.contains(&a) {
+                    stored[k] = true;
+                } else if defined_here.contains(&a) {
                     self.early_fields.entry(a).or_default().push((inst, k));
                 } else {
                     let v = self.v(a)?;
@@ -1171,21 +1254,24 @@ impl FnLower<'_, '_> {
             self.block_insts(b)?;
             self.terminator(&data.term)?;
         }
-        // Unwinding: return a dummy value; the caller tests the status.
+        // Unwinding: return dummy values; the caller tests the status.
         self.b.switch_to_block(self.unwind);
         self.b.set_cold_block(self.unwind);
-        match f.ret {
-            Some(t) => {
-                let z = match machine_type(t) {
-                    types::F64 => self.b.ins().f64const(0.0),
-                    mt => self.b.ins().iconst(mt, 0),
-                };
-                self.b.ins().return_(&[z]);
+        let returned: Vec<CType> = match f.ret {
+            _ if self.returns_fields => {
+                register_fields(&self.l.module.types, f).ok_or("no register fields")?
             }
-            None => {
-                self.b.ins().return_(&[]);
-            }
-        }
+            Some(t) => vec![machine_type(t)],
+            None => Vec::new(),
+        };
+        let zeros: Vec<CValue> = returned
+            .into_iter()
+            .map(|t| match t {
+                types::F64 => self.b.ins().f64const(0.0),
+                mt => self.b.ins().iconst(mt, 0),
+            })
+            .collect();
+        self.b.ins().return_(&zeros);
         self.b.seal_all_blocks();
         Ok(())
     }
@@ -1218,6 +1304,23 @@ impl FnLower<'_, '_> {
                 } else {
                     self.b.ins().brif(c, t, &ta, e, &ea);
                 }
+            }
+            Terminator::Return(Some(v)) if self.returns_fields => {
+                let vals = match self.tuple_fields.get(v) {
+                    Some(fields) => fields.clone(),
+                    None => {
+                        // A tuple from memory (a block parameter, say): its fields.
+                        let t = self.v(*v)?;
+                        let fields =
+                            register_fields(&self.l.module.types, self.f).ok_or("no register fields")?;
+                        fields
+                            .iter()
+                            .enumerate()
+                            .map(|(k, &ty)| self.b.ins().load(ty, flags(), t, 8 * k as i32))
+                            .collect()
+                    }
+                };
+                self.b.ins().return_(&vals);
             }
             Terminator::Return(v) => {
                 let vals: Vec<CValue> = v.iter().map(|&x| self.v(x)).collect::<Result<_, _>>()?;
@@ -1800,6 +1903,12 @@ impl FnLower<'_, '_> {
         let f = self.f;
         let types = &self.l.module.types;
         let d = &f.insts[inst];
+        if let (Op::TupleGet(k), Some(r), Some(t)) = (&d.op, d.result, d.args.first()) {
+            if let Some(fields) = self.tuple_fields.get(t) {
+                self.vals[r.index()] = Some(*fields.get(*k as usize).ok_or("tuple field out of range")?);
+                return Ok(());
+            }
+        }
         let args: Vec<CValue> = d.args.iter().map(|&a| self.v(a)).collect::<Result<_, _>>()?;
         let arg_ty = |k: usize| f.value_type(d.args[k]);
         let result_ty = d.result.map(|r| f.value_type(r));
@@ -2108,6 +2217,12 @@ impl FnLower<'_, '_> {
                 self.b.ins().store(flags(), args[1], args[0], 0);
                 None
             }
+            Op::TupleNew if d.result.is_some_and(|r| self.register_tuples.contains(&r)) => {
+                if let Some(r) = d.result {
+                    self.tuple_fields.insert(r, args.clone());
+                }
+                None
+            }
             Op::TupleNew | Op::StructNew(_) if self.early_records.contains_key(&inst) => {
                 let (base, stored) = self.early_records.remove(&inst).ok_or("no early record")?;
                 for (k, &a) in args.iter().enumerate() {
@@ -2124,7 +2239,9 @@ impl FnLower<'_, '_> {
                     let site = fallible_site(self);
                     let block = self.alloc(8 * args.len() as i64, site);
                     for (k, &a) in args.iter().enumerate() {
-                        self.b.ins().store(flags(), a, block, 8 * k as i32);
+                        if !self.unset.contains(&d.args[k]) {
+                            self.b.ins().store(flags(), a, block, 8 * k as i32);
+                        }
                     }
                     Some(block)
                 }
@@ -2160,10 +2277,25 @@ impl FnLower<'_, '_> {
                 let mut cargs = vec![self.ctx];
                 cargs.extend(args.iter().copied());
                 let call = self.b.ins().call(r, &cargs);
-                let res = self.b.inst_results(call).first().copied();
+                let results = self.b.inst_results(call).to_vec();
                 self.b.ins().store(flags(), depth, self.ctx, ctx::DEPTH);
                 self.status_check();
-                res
+                match d.result {
+                    Some(t) if self.l.in_registers.get(callee.index()).copied().unwrap_or(false) => {
+                        if self.register_tuples.contains(&t) {
+                            self.tuple_fields.insert(t, results);
+                            None
+                        } else {
+                            // Used as a whole (passed on, stored): the tuple in memory.
+                            let block = self.alloc(8 * results.len() as i64, site);
+                            for (k, &v) in results.iter().enumerate() {
+                                self.b.ins().store(flags(), v, block, 8 * k as i32);
+                            }
+                            Some(block)
+                        }
+                    }
+                    _ => results.first().copied(),
+                }
             }
             Op::Print => {
                 let t = arg_ty(0);
@@ -2342,7 +2474,7 @@ impl FnLower<'_, '_> {
                 self.b.def_var(var, len);
                 self.pop_cursors.insert(r, (data, var));
             }
-        } else if let Some(r) = d.result {
+        } else if let Some(r) = d.result.filter(|r| !self.tuple_fields.contains_key(r)) {
             return Err(format!("{r} ({}) has no lowered value", types.display(f.value_type(r))));
         }
         Ok(())
