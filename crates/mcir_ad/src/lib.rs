@@ -27,6 +27,7 @@ mod driver;
 mod emit;
 mod forward;
 mod inert;
+mod invariant;
 mod jacobian;
 pub mod pushforward;
 mod record;
@@ -159,6 +160,11 @@ pub fn derive_with(
         let (fwd, rev) = rule_passes(&mut module, &rules, &rule, *fid, primal, options, &[])?;
         module.funcs[rule.fwd] = fwd;
         module.funcs[rule.rev] = rev;
+    }
+    for (fid, _) in &primals {
+        if module.rule_of(*fid, "reverse").is_none() && module.rule_of(*fid, "checkpoint").is_none() {
+            invariant::record_invariants_once(&mut module, &rules[fid.index()]);
+        }
     }
     let mut special = None;
     if let Some((f, constant)) = entry.filter(|(_, c)| c.iter().any(|&k| k)) {

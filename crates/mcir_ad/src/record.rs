@@ -43,7 +43,78 @@ pub(crate) fn fix_record_fields(
     for (&k, field) in &plan.fields {
         types.struct_def_mut(tape_sid).fields[k].1 = field.ty;
     }
+    share_exclusive_fields(types, tape_sid, &mut fwd, &mut rev);
     (crate::dce::remove_dead_code(&fwd), crate::dce::remove_dead_code(&rev))
+}
+
+/// Lets fields of one type that no path fills both share one slot of the record (the
+/// cosine a leaf of a recursion keeps and the partial result an inner node keeps): each
+/// record the forward pass builds at a `ret` fills a field of a pair or neither, and the
+/// reverse pass, following the path taken, reads only what that path filled.
+fn share_exclusive_fields(types: &mut TypeTable, tape_sid: StructId, fwd: &mut Function, rev: &mut Function) {
+    let records: Vec<Inst> = fwd
+        .blocks
+        .values()
+        .flat_map(|b| b.insts.iter().copied())
+        .filter(|&i| fwd.insts[i].op == Op::StructNew(tape_sid))
+        .collect();
+    if records.len() < 2 {
+        return;
+    }
+    let fields = types.struct_def(tape_sid).fields.clone();
+    let is_unset = |f: &Function, v: Value| f.defining(v).is_some_and(|d| d.op == Op::Unset);
+    // Which records fill each field.
+    let filled: Vec<Vec<bool>> = (0..fields.len())
+        .map(|k| records.iter().map(|&r| !is_unset(fwd, fwd.insts[r].args[k])).collect())
+        .collect();
+    // Greedily, each field joins the first slot of its type that no record it fills fills.
+    let mut slots: Vec<(TypeId, Vec<bool>, Vec<usize>)> = Vec::new();
+    let mut slot_of = vec![0; fields.len()];
+    for (k, (_, ty)) in fields.iter().enumerate() {
+        let free = slots
+            .iter()
+            .position(|(t, used, _)| t == ty && used.iter().zip(&filled[k]).all(|(&a, &b)| !(a && b)));
+        match free {
+            Some(s) => {
+                for (u, &f) in slots[s].1.iter_mut().zip(&filled[k]) {
+                    *u |= f;
+                }
+                slots[s].2.push(k);
+                slot_of[k] = s;
+            }
+            None => {
+                slot_of[k] = slots.len();
+                slots.push((*ty, filled[k].clone(), vec![k]));
+            }
+        }
+    }
+    if slots.len() == fields.len() {
+        return;
+    }
+    for &r in &records {
+        let args = fwd.insts[r].args.clone();
+        fwd.insts[r].args = slots
+            .iter()
+            .map(|(_, _, members)| {
+                let values = members.iter().map(|&k| args[k]);
+                values.clone().find(|&v| !is_unset(fwd, v)).unwrap_or(args[members[0]])
+            })
+            .collect();
+    }
+    for i in rev.insts.keys() {
+        if let Op::StructGet(s, k) = &mut rev.insts[i].op {
+            if *s == tape_sid {
+                *k = slot_of[*k as usize] as u32;
+            }
+        }
+    }
+    types.struct_def_mut(tape_sid).fields = slots
+        .iter()
+        .map(|(ty, _, members)| {
+            let names: Vec<&str> = members.iter().map(|&k| fields[k].0.as_str()).collect();
+            (names.join("_or_"), *ty)
+        })
+        .collect();
 }
 
 /// One stack that becomes a field.
