@@ -34,6 +34,7 @@ mod record;
 mod reverse;
 mod rules;
 mod signs;
+mod sink;
 pub mod tangent;
 
 pub use driver::{gradient_driver, probe_driver, vjp_driver, vjp_driver_with, SeedPattern};
@@ -413,7 +414,9 @@ fn derive_function(
         .collect();
     let fwd_func = dce::remove_dead_code(&inert::drop_records(fw.e.func, &unread)).into_simplified_cfg();
     let (fwd_func, rev_func) = jacobian::store_local_jacobian(&mut module.types, rule, fwd_func, rev_func);
-    Ok(record::fix_record_fields(&mut module.types, rule.tape_sid, fwd_func, rev_func))
+    let (fwd_func, rev_func) =
+        record::fix_record_fields(&mut module.types, rule.tape_sid, fwd_func, rev_func);
+    Ok((sink::sink_stack_creation(fwd_func, rule.tape_sid), sink::sink_record_reads(rev_func)))
 }
 
 /// `f`, a reverse pass, with its chains of adjoints shortened (`chains.rs`), then its

@@ -522,6 +522,14 @@ impl<'a> Lowering<'a> {
             .filter_map(|i| f.insts[i].result.map(|r| (r, i)))
             .collect();
         let register_tuples = register_tuples(f, self.in_registers, returns_fields);
+        // A stack `unset` is stored (see `Op::Unset`); other unset fields are not.
+        let unset = f
+            .insts
+            .iter()
+            .filter(|(_, d)| matches!(d.op, Op::Unset))
+            .filter_map(|(_, d)| d.result)
+            .filter(|&r| !matches!(self.module.types.get(f.value_type(r)), mcir_ir::Type::Stack(_)))
+            .collect();
         let mut fl = FnLower {
             l: self,
             b,
@@ -542,12 +550,7 @@ impl<'a> Lowering<'a> {
             returns_fields,
             register_tuples,
             tuple_fields: HashMap::new(),
-            unset: f
-                .insts
-                .iter()
-                .filter(|(_, d)| matches!(d.op, Op::Unset))
-                .filter_map(|(_, d)| d.result)
-                .collect(),
+            unset,
             stepped: None,
             latch_target: HashMap::new(),
             sole_reservations: sole_reservations(f),
@@ -2314,6 +2317,12 @@ impl FnLower<'_, '_> {
                 // What the block's piece still holds may lie past the mark: take a new one.
                 self.piece = None;
                 None
+            }
+            Op::Unset if result_ty.is_some_and(|t| matches!(types.get(t), mcir_ir::Type::Stack(_))) => {
+                // A stack the path taken never made (`mcir_ad::sink`): nothing pops it, but
+                // a reverse pass that reads the record may load its header, so it is one
+                // that is empty and has no room.
+                Some(self.b.ins().iconst(P, std::ptr::addr_of!(NO_STACK) as i64))
             }
             Op::Unset => {
                 // Nothing reads it; zero bits keep the code deterministic.

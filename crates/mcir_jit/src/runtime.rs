@@ -101,6 +101,11 @@ impl ArrayRef {
     }
 }
 
+/// The header of a stack that is empty and has no room (data, length, capacity): what
+/// a record holds for a stack the path taken never made. Generated code may read it;
+/// nothing pushes onto it, and a pop or peek finds it empty and fails.
+pub(crate) static NO_STACK: [u64; 3] = [0, 0, 0];
+
 /// An array's extents, held inline: making an array at run time allocates nothing but
 /// the array.
 #[derive(Clone, Copy, Debug)]
