@@ -12,8 +12,9 @@
 //! arrays, loops with constant and data-dependent trip counts, loops around a reduction
 //! (which native code runs several rows at a time), `while` loops,
 //! branches, `break` and `continue`, early returns, calls with aliased arguments,
-//! bounded recursion (of scalars, over halves of an array, and writing an array on the
-//! way down), a function that never returns (called only where it is not reached),
+//! bounded recursion (of scalars, over halves of an array, writing an array on the
+//! way down, and looping over fresh copies as a determinant's expansion does), a
+//! function that never returns (called only where it is not reached),
 //! in-place updates, fresh allocations and the math builtins. Every program terminates
 //! (every loop that runs has a bound), indexes in range, never overflows an
 //! `i64`, and keeps real arithmetic smooth (no division by values near zero, `log` and
@@ -181,7 +182,7 @@ impl Gen<'_, '_> {
     fn statement(&mut self, scope: &mut Scope, indent: usize) {
         let nested = scope.depth < 2;
         let e = |g: &mut Self, s: &Scope| g.real(s, 2);
-        match self.src.below(44) {
+        match self.src.below(45) {
             0 | 1 => {
                 let v = self.name("t");
                 let value = e(self, scope);
@@ -543,6 +544,18 @@ impl Gen<'_, '_> {
                 self.line(indent + 1, "}");
                 self.line(indent, "}");
             }
+            44 => {
+                // Recursion with a loop that makes a fresh shorter copy per term (as a
+                // determinant makes minors): its leaves make none of the stacks of the
+                // loop, and its calls' records go on a stack.
+                let k = if scope.small_ints.is_empty() {
+                    "n".to_string()
+                } else {
+                    scope.small_ints[self.src.below(scope.small_ints.len())].clone()
+                };
+                let value = e(self, scope);
+                self.line(indent, &format!("acc += 0.1 * expand(x, {k} % 3) * tanh({value});"));
+            }
             41 => {
                 // A helper with a branch and a loop, called once.
                 let value = e(self, scope);
@@ -601,6 +614,24 @@ fn halves(v: f64[], lo: i64, hi: i64) -> f64 {
     if hi - lo <= 1 { return sin(v[lo]) * 0.5; }
     let mid = (lo + hi) / 2;
     return halves(v, lo, mid) * 0.75 + tanh(halves(v, mid, hi));
+}
+
+// Expansion by recursion: each level loops over the array, making a fresh copy without
+// one element for the next level (a determinant's minors, in one dimension).
+fn expand(v: f64[], depth: i64) -> f64 {
+    let n = len(v);
+    if n == 1 || depth <= 0 { return sin(v[0]); }
+    let mut total = 0.0;
+    let mut sign = 1.0;
+    for j in 0..n {
+        let rest = zeros(n - 1);
+        for k in 0..n {
+            if k < j { rest[k] = v[k]; } else if k > j { rest[k - 1] = v[k]; }
+        }
+        total += sign * v[j] * expand(rest, depth - 1) * 0.5;
+        sign = -sign;
+    }
+    return total;
 }
 
 // Recursion that writes the array on the way down and reads it on the way back.
