@@ -115,7 +115,16 @@ impl Program {
                 if let Err(e) = mcir_ir::verify_module(&module) {
                     return Err(fail(format!("internal compiler error: scalarising broke the IR: {e}")));
                 }
-                let module = mcir_ir::hoist::fold_and_hoist(&module);
+                let mut module = mcir_ir::hoist::fold_and_hoist(&module);
+                // An element a block has just stored or loaded is not loaded again (an
+                // `out` argument written by an inlined helper and read by its caller); the
+                // constants indices are made of are merged by now, so `out[0]` in the
+                // helper and in its caller are one element.
+                let ids: Vec<mcir_ir::FuncId> = module.funcs.keys().collect();
+                for id in ids {
+                    let f = std::mem::replace(&mut module.funcs[id], mcir_ir::Function::new("", &[], None));
+                    module.funcs[id] = mcir_ir::memory::forward_elements(f, false);
+                }
                 if let Err(e) = mcir_ir::verify_module(&module) {
                     return Err(fail(format!("internal compiler error: hoisting broke the IR: {e}")));
                 }
@@ -306,6 +315,21 @@ impl Program {
 }
 
 /// A failure to generate native code, reported as the internal error it is.
+/// `n` arguments, in words ("1 argument", "2 arguments"), for messages.
+pub(crate) fn arguments(n: usize) -> String {
+    if n == 1 {
+        "1 argument".to_string()
+    } else {
+        format!("{n} arguments")
+    }
+}
+
+/// A type's name with its article, as read aloud ("an f64[]", "a bool").
+pub(crate) fn with_article(type_name: &str) -> String {
+    let vowel_sound = type_name.starts_with(['f', 'i', 'a', 'e', 'o', 'u']);
+    format!("{} {type_name}", if vowel_sound { "an" } else { "a" })
+}
+
 pub(crate) fn native_error(e: mcir_jit::JitError) -> RuntimeError {
     RuntimeError {
         kind: mcir_interp::RuntimeErrorKind::Internal(e.to_string()),

@@ -10,8 +10,8 @@
 //!   allocation or call), of at most [`MAX_INSTS`] instructions;
 //! - any function without calls (so it cannot recurse) of at most
 //!   [`MAX_INSTS_WITH_CONTROL`] instructions in at most [`MAX_BLOCKS`] blocks: branches,
-//!   loops, loads and stores included, but no array made (see
-//!   `may_inline_with_control`). The calling block is split at the call: it jumps
+//!   loops, loads and stores included, but no array made and no loop over an array's
+//!   extent, whose work makes a call's cost small (see `may_inline_with_control`). The calling block is split at the call: it jumps
 //!   to a copy of the callee's entry, and each `ret v` jumps to the block holding the
 //!   rest, which takes `v` as its parameter. A helper with an `if` called per element
 //!   then costs what the same code written in the loop costs, in the primal and in every
@@ -87,10 +87,21 @@ fn may_inline(module: &Module, id: FuncId, f: &Function, limit: usize) -> bool {
 /// an array and fills it in a loop (an ODE's right-hand side) keeps its own rule, whose
 /// reverse pass knows the array is fresh and only written and so undoes none of those
 /// writes; inlined into its caller's loop, the array's writes went on the caller's tape
-/// in every iteration (GradBench's `ode`: gradients 1.5 to 3 times slower).
+/// in every iteration (GradBench's `ode`: gradients 1.5 to 3 times slower). Nor is a
+/// helper with a loop that measures an array (`for j in 0..size(v, 1)`): its loop's
+/// work scales with the data and makes its call's cost small, while inlined, its loop's
+/// values crowd the registers of its caller's loops (GradBench's `gmm` objective, with
+/// a row's log-sum-exp inlined, reloaded a pointer from the stack in its innermost loop:
+/// 12 % slower).
 fn may_inline_with_control(module: &Module, id: FuncId, f: &Function) -> bool {
     let one_block = f.blocks.len() == 1;
-    f.blocks.len() <= MAX_BLOCKS
+    let measures_arrays = f.insts.values().any(|d| matches!(d.op, Op::ArrayDim(_)));
+    let loops = !one_block && {
+        let cfg = crate::cfg::ControlFlow::compute(f);
+        f.blocks.keys().any(|b| cfg.latches(b).next().is_some())
+    };
+    !(loops && measures_arrays)
+        && f.blocks.len() <= MAX_BLOCKS
         && f.insts.len() <= MAX_INSTS_WITH_CONTROL
         && f.blocks.iter().all(|(_, b)| {
             b.insts.iter().all(|&i| {
