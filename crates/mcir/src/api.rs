@@ -216,9 +216,9 @@ impl<'p> Function<'p> {
         let f = &self.program.module.funcs[self.id];
         if args.len() != f.params.len() {
             return Err(ApiError::Args(format!(
-                "`{}` takes {} arguments, {} given",
+                "`{}` takes {}, {} given",
                 f.name,
-                f.params.len(),
+                crate::arguments(f.params.len()),
                 args.len()
             )));
         }
@@ -422,9 +422,9 @@ impl Prepared<'_> {
         let count = differentiable().count();
         if tangents.len() != count || args.len() != f.params.len() {
             return Err(ApiError::Args(format!(
-                "`{}` takes {} arguments, {count} of them with a tangent; {} and {} were given",
+                "`{}` takes {}, {count} of them with a tangent; {} and {} were given",
                 f.name,
-                f.params.len(),
+                crate::arguments(f.params.len()),
                 args.len(),
                 tangents.len()
             )));

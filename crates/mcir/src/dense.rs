@@ -275,9 +275,9 @@ fn check_kinds(f: &mcir_ir::Function, kinds: &[ArgKind]) -> Result<(), GradError
     if kinds.len() > f.params.len() {
         return Err(GradError::Args(ArgError {
             message: format!(
-                "`{}` takes {} arguments; {} kinds were given",
+                "`{}` takes {}; {} kinds were given",
                 f.name,
-                f.params.len(),
+                crate::arguments(f.params.len()),
                 kinds.len()
             ),
         }));

@@ -200,9 +200,9 @@ fn tangents_to_pass(
     if args.len() != f.params.len() || tangents.len() != f.params.len() || kinds.len() > f.params.len() {
         return Err(GradError::Args(ArgError {
             message: format!(
-                "`{}` takes {} arguments; {} arguments, {} tangents and {} kinds were given",
+                "`{}` takes {}; {} arguments, {} tangents and {} kinds were given",
                 f.name,
-                f.params.len(),
+                crate::arguments(f.params.len()),
                 args.len(),
                 tangents.len(),
                 kinds.len()
@@ -442,9 +442,9 @@ impl Program {
         if seed_args.len() > f.params.len() {
             return Err(GradError::Args(ArgError {
                 message: format!(
-                    "`{}` takes {} arguments; {} seeds were given",
+                    "`{}` takes {}; {} seeds were given",
                     f.name,
-                    f.params.len(),
+                    crate::arguments(f.params.len()),
                     seed_args.len()
                 ),
             }));
@@ -609,10 +609,10 @@ fn decode_tangents(
     if items.len() != f.params.len() {
         return Err(GradError::Args(ArgError {
             message: format!(
-                "--tangent has {} elements, but `{}` takes {} arguments",
+                "--tangent has {} elements, but `{}` takes {}",
                 items.len(),
                 f.name,
-                f.params.len()
+                crate::arguments(f.params.len())
             ),
         }));
     }

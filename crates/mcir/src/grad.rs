@@ -143,9 +143,9 @@ impl Program {
             (Some(t), None) => {
                 return Err(GradError::Args(ArgError {
                     message: format!(
-                        "`{}` returns a {}, not an f64: give the cotangent of the result with --seed",
+                        "`{}` returns {}, not an f64: give the cotangent of the result with --seed",
                         f.name,
-                        module.types.display(t)
+                        crate::with_article(&module.types.display(t).to_string())
                     ),
                 }))
             }
@@ -172,10 +172,10 @@ impl Program {
             if items.len() != f.params.len() {
                 return Err(GradError::Args(ArgError {
                     message: format!(
-                        "--seed-args has {} elements, but `{}` takes {} arguments",
+                        "--seed-args has {} elements, but `{}` takes {}",
                         items.len(),
                         f.name,
-                        f.params.len()
+                        crate::arguments(f.params.len())
                     ),
                 }));
             }

@@ -341,7 +341,8 @@ fn non_utf8_and_empty_programs() {
 /// with an error that names the function and shows the line of a loop: a `while` loop
 /// (tested every iteration), counted loops (tested every 1024 iterations in native
 /// code), and short inner loops inside a long one, which native code does not test at
-/// all: the loops around them test on every entry.
+/// all: the loops around them test on every entry. A loop inlined into its caller is
+/// named after the function it was written in.
 #[test]
 fn timeout_stops_native_code_and_the_interpreter() {
     let programs = [
@@ -363,6 +364,12 @@ fn timeout_stops_native_code_and_the_interpreter() {
             "short_inner.mcir",
             "fn spin(x: f64) -> f64 {\n    let mut s = x;\n    for i in 0..4000000000000000 {\n        for j in 0..2 { s += 1.0; }\n    }\n    return s;\n}\n",
             &[":3:", ":4:"],
+        ),
+        // `spin` is inlined into `main`: the error still names `spin`.
+        (
+            "inlined.mcir",
+            "fn spin(x: f64) -> f64 {\n    let mut s = x;\n    while s > -1.0 { s += 1.0; }\n    return s;\n}\nfn main(x: f64) -> f64 { return spin(x) * 2.0; }\n",
+            &[":3:"],
         ),
         (
             "short_inner_nest.mcir",

@@ -232,7 +232,7 @@ impl<'m> Interpreter<'m> {
                         return Err(RuntimeError {
                             kind: Kind::Timeout(limit),
                             span,
-                            function: f.name.clone(),
+                            function: self.module.function_at(f, span).to_string(),
                         });
                     }
                 }

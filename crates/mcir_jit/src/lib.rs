@@ -528,6 +528,15 @@ impl JitBuilder {
     }
 }
 
+/// `n` arguments, in words ("1 argument", "2 arguments"), for messages.
+fn arguments(n: usize) -> String {
+    if n == 1 {
+        "1 argument".to_string()
+    } else {
+        format!("{n} arguments")
+    }
+}
+
 /// Names the generated code for `perf` (`/tmp/perf-PID.map`, one line per function:
 /// start, size, name), so profiles of native code show IR function names. Best effort:
 /// a map that cannot be written is left out.
@@ -812,9 +821,9 @@ impl Jit {
         let (f, entry) = c.entry(func)?;
         if args.len() != f.params.len() {
             return Err(CallError::Args(format!(
-                "`{}` takes {} arguments, {} given",
+                "`{}` takes {}, {} given",
                 f.name,
-                f.params.len(),
+                arguments(f.params.len()),
                 args.len()
             )));
         }
