@@ -233,6 +233,9 @@ struct FnLower<'a, 'b> {
     /// `stack.put`s into its room use instead of reading the stack again.
     sole_reservations: HashSet<Value>,
     cursors: HashMap<Value, (CValue, CValue)>,
+    /// Stacks made with room for exactly what their sole reservation will ask (see
+    /// `sized_stacks`): the stack, and that reservation's end operand, start and extra.
+    sized_stacks: HashMap<Value, (Value, i64, i64)>,
     /// The stacks this function only pops (`popped_only`), and, once read, each one's
     /// data pointer and its length in a variable: a pop then reads no length that the
     /// one before it has just stored, so pops in a loop do not wait on each other
@@ -423,6 +426,39 @@ fn sole_reservations(f: &Function) -> HashSet<Value> {
         .collect()
 }
 
+/// The most values a stack made for its reservation has room for; a larger reservation
+/// grows it through the runtime, as for any stack.
+const MAX_SIZED_ROOM: i64 = 4096;
+
+/// The stacks that `f` makes in the block of their sole reservation (`sole_reservations`)
+/// from constant start and extra counts: made with room for what the reservation asks,
+/// not [`STACK_FIRST`] values. A recursion's inner node then takes memory for the few
+/// records its loop keeps, not for sixteen on each of its stacks.
+fn sized_stacks(f: &Function) -> HashMap<Value, (Value, i64, i64)> {
+    let sole = sole_reservations(f);
+    let mut out = HashMap::new();
+    for (_, data) in f.blocks.iter() {
+        let made: HashSet<Value> = data
+            .insts
+            .iter()
+            .filter(|&&i| f.insts[i].op == Op::StackNew)
+            .filter_map(|&i| f.insts[i].result)
+            .collect();
+        for &i in &data.insts {
+            let d = &f.insts[i];
+            let (Op::StackReserve, Some(r), [st, lo, hi, extra]) = (&d.op, d.result, &d.args[..]) else {
+                continue;
+            };
+            if let (true, true, Some(lo), Some(extra)) =
+                (sole.contains(&r), made.contains(st), f.const_int(*lo), f.const_int(*extra))
+            {
+                out.insert(*st, (*hi, lo, extra));
+            }
+        }
+    }
+    out
+}
+
 /// The stacks `f` reads from a record it was given and only pops or peeks: the record's
 /// field is read once, and the record itself only has its fields read (it is not passed
 /// on or stored), so no other value in the function refers to the stack and nothing but
@@ -554,6 +590,7 @@ impl<'a> Lowering<'a> {
             stepped: None,
             latch_target: HashMap::new(),
             sole_reservations: sole_reservations(f),
+            sized_stacks: sized_stacks(f),
             cursors: HashMap::new(),
             popped_only: popped_only(f),
             pop_cursors: HashMap::new(),
@@ -686,7 +723,11 @@ impl FnLower<'_, '_> {
         let sizes = data
             .insts
             .iter()
-            .filter(|&&i| !f.insts[i].result.is_some_and(|r| self.register_tuples.contains(&r)))
+            .filter(|&&i| {
+                !f.insts[i]
+                    .result
+                    .is_some_and(|r| self.register_tuples.contains(&r) || self.sized_stacks.contains_key(&r))
+            })
             .filter_map(|&i| fixed_allocation(&f.insts[i].op, f.insts[i].args.len()));
         let (count, total) = sizes.fold((0, 0), |(c, t), s| (c + 1, t + s));
         self.block_bytes = if count > 1 { total } else { 0 };
@@ -1458,6 +1499,52 @@ impl FnLower<'_, '_> {
             return piece;
         }
         self.bump(bytes, size, site)
+    }
+
+    /// How many values a stack `stack.new` makes as `result` has room for, when it is
+    /// sized for its reservation (`sized_stacks`) and the reservation's end is known here.
+    fn sized_room(&mut self, result: Option<Value>) -> Option<CValue> {
+        let &(hi, lo, extra) = self.sized_stacks.get(&result?)?;
+        let hi = match self.f.const_int(hi) {
+            Some(c) => self.b.ins().iconst(P, c),
+            None => self.vals.get(hi.index()).copied().flatten()?,
+        };
+        let lo = self.b.ins().iconst(P, lo);
+        let some = self.b.ins().icmp(IntCC::SignedGreaterThan, hi, lo);
+        let diff = self.b.ins().isub(hi, lo);
+        let zero = self.zero();
+        let runs = self.b.ins().select(some, diff, zero);
+        let room = self.b.ins().iadd_imm_s(runs, extra.saturating_add(1));
+        let small = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThanOrEqual, room, MAX_SIZED_ROOM);
+        let first = self.b.ins().iconst(P, STACK_FIRST);
+        Some(self.b.ins().select(small, room, first))
+    }
+
+    /// Takes `bytes` bytes (a multiple of 8, computed at run time) from the arena.
+    fn bump_value(&mut self, bytes: CValue, site: i64) -> CValue {
+        let p = self.b.ins().load(P, flags(), self.ctx, ctx::BUMP);
+        let end = self.b.ins().load(P, flags(), self.ctx, ctx::BUMP_END);
+        let q = self.b.ins().iadd(p, bytes);
+        let full = self.b.ins().icmp(IntCC::UnsignedGreaterThan, q, end);
+        let slow = self.b.create_block();
+        let fast = self.b.create_block();
+        let join = self.b.create_block();
+        let out = self.b.append_block_param(join, P);
+        self.b.ins().brif(full, slow, &[], fast, &[]);
+        self.b.switch_to_block(fast);
+        self.b.ins().store(flags(), q, self.ctx, ctx::BUMP);
+        self.b.ins().jump(join, &[p.into()]);
+        self.b.switch_to_block(slow);
+        self.b.set_cold_block(slow);
+        let s = self.b.ins().iconst(P, site);
+        self.rt_call("alloc_refill", &[self.ctx, s, bytes]);
+        self.status_check();
+        let p2 = self.b.ins().load(P, flags(), self.ctx, ctx::BUMP);
+        let q2 = self.b.ins().iadd(p2, bytes);
+        self.b.ins().store(flags(), q2, self.ctx, ctx::BUMP);
+        self.b.ins().jump(join, &[p2.into()]);
+        self.b.switch_to_block(join);
+        out
     }
 
     /// Takes `size` bytes (`bytes` rounded up) from the arena.
@@ -2331,6 +2418,21 @@ impl FnLower<'_, '_> {
                     types::F64 => self.b.ins().f64const(0.0),
                     t => self.b.ins().iconst(t, 0),
                 })
+            }
+            Op::StackNew if self.sized_room(d.result).is_some() => {
+                // Header and room for what the stack's one reservation will ask, plus one
+                // (a reservation takes its fast path when more than its runs fit).
+                let site = fallible_site(self);
+                let room = self.sized_room(d.result).ok_or("no sized room")?;
+                let bytes = self.b.ins().ishl_imm_u(room, 3);
+                let bytes = self.b.ins().iadd_imm_s(bytes, stack::HEADER_BYTES as i64);
+                let block = self.bump_value(bytes, site);
+                let data = self.b.ins().iadd_imm_s(block, stack::HEADER_BYTES as i64);
+                let zero = self.zero();
+                self.b.ins().store(flags(), data, block, stack::DATA);
+                self.b.ins().store(flags(), zero, block, stack::LEN);
+                self.b.ins().store(flags(), room, block, stack::CAP);
+                Some(block)
             }
             Op::StackNew => {
                 // Header and room for a first few values in one block from the arena.
