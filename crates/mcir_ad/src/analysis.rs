@@ -463,3 +463,44 @@ pub(crate) fn varied_values(
         }
     }
 }
+
+/// `f` with a trip counter added to every loop that has one way in and one back edge
+/// but counts nothing (a `while` loop): a parameter of its header, 0 on the way in and
+/// one more along the back edge. The header is then counted (`counted_headers`), so the
+/// forward pass records no path at each iteration, only the counter once where the loop
+/// is left, and the reverse pass counts back down to leave it.
+pub(crate) fn count_loop_trips(f: &Function) -> Function {
+    let edges = in_edges(f);
+    let counted = counted_headers(f, &edges);
+    let cfg = mcir_ir::cfg::ControlFlow::compute(f);
+    let mut out = f.clone();
+    for (h, _) in f.blocks.iter() {
+        let incoming = &edges[h.index()];
+        if incoming.len() != 2 || counted[h.index()].is_some() || incoming[0].from == incoming[1].from {
+            continue;
+        }
+        let back: Vec<bool> = incoming.iter().map(|e| cfg.dominates(h, e.from)).collect();
+        let (entry_edge, back_edge) = match (back[0], back[1]) {
+            (false, true) => (incoming[0], incoming[1]),
+            (true, false) => (incoming[1], incoming[0]),
+            _ => continue,
+        };
+        let span = out.blocks[h].term_span;
+        let trip = out.add_block_param(h, TypeTable::I64, Some("trip".to_string()));
+        let zero = out.push_value(entry_edge.from, Op::IConst(0), vec![], TypeTable::I64, span);
+        let one = out.push_value(back_edge.from, Op::IConst(1), vec![], TypeTable::I64, span);
+        let next = out.push_value(
+            back_edge.from,
+            Op::IBinary(mcir_ir::IBinOp::Add),
+            vec![trip, one],
+            TypeTable::I64,
+            span,
+        );
+        for (edge, arg) in [(entry_edge, zero), (back_edge, next)] {
+            if let Some(call) = out.blocks[edge.from].term.successors_mut().nth(edge.slot) {
+                call.args.push(arg);
+            }
+        }
+    }
+    out
+}

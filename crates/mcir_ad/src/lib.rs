@@ -272,6 +272,8 @@ fn derive_function(
     options: &Options,
     constant: &[bool],
 ) -> Result<(Function, Function), AdError> {
+    let counted_primal = analysis::count_loop_trips(primal);
+    let primal = &counted_primal;
     let edges = analysis::in_edges(primal);
     let keep_zero_ops = options.corrupt.is_some();
     let mut active = analysis::activity(&module.types, primal, keep_zero_ops);
