@@ -192,7 +192,7 @@ impl Plan {
         let fwd = &module.funcs[rule.fwd];
         let rev = &module.funcs[rule.rev];
         fn calls(f: &Function, g: FuncId) -> Vec<&mcir_ir::InstData> {
-            f.insts.values().filter(|d| matches!(d.op, Op::Call(h) if h == g)).collect()
+            live(f).filter(|d| matches!(d.op, Op::Call(h) if h == g)).collect()
         }
         let self_calls = calls(fwd, rule.fwd);
         if self_calls.is_empty() || calls(rev, rule.rev).is_empty() {
@@ -203,11 +203,14 @@ impl Plan {
             (0..params.len()).map(|k| self_calls.iter().all(|d| d.args.get(k) == Some(&params[k]))).collect();
         let unset = |v: Value| fwd.defining(v).is_some_and(|d| d.op == Op::Unset);
         let records: Vec<_> =
-            fwd.insts.values().filter(|d| matches!(d.op, Op::StructNew(s) if s == rule.tape_sid)).collect();
+            live(fwd).filter(|d| matches!(d.op, Op::StructNew(s) if s == rule.tape_sid)).collect();
         if records.is_empty() {
             return None;
         }
         let n_fields = module.types.struct_def(rule.tape_sid).fields.len();
+        if records.iter().any(|d| d.args.len() != n_fields) {
+            return None;
+        }
         let mut fields = HashMap::new();
         for j in 0..n_fields {
             let mut holds = None;
@@ -234,7 +237,7 @@ impl Plan {
         // Only the record itself, its stacks and the forward pass's result may hold it.
         let tape = rule.tape_ty;
         let mut types_to_map = HashSet::new();
-        if fwd.insts.values().any(|d| matches!(d.op, Op::StructGet(s, _) if s == rule.tape_sid)) {
+        if live(fwd).any(|d| matches!(d.op, Op::StructGet(s, _) if s == rule.tape_sid)) {
             return None;
         }
         for f in [fwd, rev] {
@@ -261,6 +264,11 @@ impl Plan {
         types_to_map.insert(rule.fwd_ret);
         Some(Plan { fields, types_to_map })
     }
+}
+
+/// The instructions of `f`'s blocks (the arena also holds ones passes have dropped).
+fn live(f: &Function) -> impl Iterator<Item = &mcir_ir::InstData> {
+    f.blocks.values().flat_map(|b| b.insts.iter().map(|&i| &f.insts[i]))
 }
 
 /// Whether type `t` is or holds `target`.

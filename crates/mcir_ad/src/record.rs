@@ -101,10 +101,13 @@ fn share_exclusive_fields(types: &mut TypeTable, tape_sid: StructId, fwd: &mut F
             })
             .collect();
     }
-    for i in rev.insts.keys() {
+    let live: Vec<Inst> = rev.blocks.values().flat_map(|b| b.insts.iter().copied()).collect();
+    for i in live {
         if let Op::StructGet(s, k) = &mut rev.insts[i].op {
             if *s == tape_sid {
-                *k = slot_of[*k as usize] as u32;
+                if let Some(&slot) = slot_of.get(*k as usize) {
+                    *k = slot as u32;
+                }
             }
         }
     }

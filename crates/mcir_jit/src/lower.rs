@@ -2419,11 +2419,13 @@ impl FnLower<'_, '_> {
                     t => self.b.ins().iconst(t, 0),
                 })
             }
-            Op::StackNew if self.sized_room(d.result).is_some() => {
+            Op::StackNew if self.sized_stacks.contains_key(&d.result.ok_or("stack.new without result")?) => {
                 // Header and room for what the stack's one reservation will ask, plus one
-                // (a reservation takes its fast path when more than its runs fit).
+                // (a reservation takes its fast path when more than its runs fit); the
+                // first few values' room when that is not known here.
                 let site = fallible_site(self);
-                let room = self.sized_room(d.result).ok_or("no sized room")?;
+                let first = self.b.ins().iconst(P, STACK_FIRST);
+                let room = self.sized_room(d.result).unwrap_or(first);
                 let bytes = self.b.ins().ishl_imm_u(room, 3);
                 let bytes = self.b.ins().iadd_imm_s(bytes, stack::HEADER_BYTES as i64);
                 let block = self.bump_value(bytes, site);
