@@ -451,7 +451,9 @@ impl BlockPass<'_> {
                 None => (self.ready(t.atom), t.atom),
                 Some(c) => {
                     let p = self.emit(f, Op::FBinary(FBinOp::Mul), vec![t.atom, c]);
-                    f.values[p].name = self.names.get(&(t.atom, c)).cloned();
+                    if p != t.atom {
+                        f.values[p].name = self.names.get(&(t.atom, c)).cloned();
+                    }
                     (self.ready(t.atom) + MUL_LATENCY, p)
                 }
             };
@@ -483,12 +485,20 @@ impl BlockPass<'_> {
     }
 
     /// Appends a new instruction to the block and returns its result; arithmetic on
-    /// constants is folded (`1 + 1`, from `x̄ + x̄`, is `2`).
+    /// constants is folded (`1 + 1`, from `x̄ + x̄`, is `2`), and a product with one is
+    /// the other factor (`0.5 · e + 0.5 · e` is `1 · e`, which is `e`).
     fn emit(&mut self, f: &mut Function, op: Op, args: Vec<Value>) -> Value {
         let constant = |v: &Value| match f.defining(*v).map(|d| &d.op) {
             Some(Op::FConst(c)) => Some(*c),
             _ => None,
         };
+        if let (Op::FBinary(FBinOp::Mul), [a, b]) = (&op, args.as_slice()) {
+            match (constant(a), constant(b)) {
+                (Some(1.0), None) => return *b,
+                (None, Some(1.0)) => return *a,
+                _ => {}
+            }
+        }
         let op = match (&op, args.iter().map(constant).collect::<Vec<_>>().as_slice()) {
             (Op::FBinary(b), [Some(x), Some(y)]) => Op::FConst(b.eval(*x, *y)),
             _ => op,

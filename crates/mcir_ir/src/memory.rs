@@ -1,6 +1,7 @@
 //! Array elements forwarded within a block: a load of an element the block has just
 //! stored or loaded is that value, a store of the value an element already holds is
-//! dropped, and a store overwritten before anything could read it is dropped.
+//! dropped, and a store overwritten before anything could read it is dropped (and, on
+//! the way, `x + 0` and `x * 1` are `x`).
 //!
 //! Reverse passes are where this pays. The adjoint of `y[r] = t` reads `ȳ[r]` and
 //! zeroes it, and the adjoint of the load `t = y[r]` that fed it adds to `ȳ[r]` again:
@@ -203,14 +204,19 @@ fn distinct(f: &Function, a: &Element, b: &Element) -> bool {
             .any(|(&x, &y)| matches!((f.const_int(x), f.const_int(y)), (Some(p), Some(q)) if p != q))
 }
 
-/// The operand that `x + 0`, `0 + x` or `x - 0` is, when the op is one of those (see
-/// [`forward_elements`] for which zeros count).
+/// The operand that `x + 0`, `0 + x`, `x - 0`, `x * 1` or `1 * x` is, when the op is
+/// one of those (see [`forward_elements`] for which zeros count; a product with one is
+/// the other factor for every `x`). Adjoints make them: `0.5 * e * e` sends back
+/// `1.0 * e` among its terms.
 fn plus_zero(f: &Function, op: &Op, args: &[Value], adjoint: bool) -> Option<Value> {
     let zero = |v: Value| match f.defining(v)?.op {
         Op::FConst(c) if c == 0.0 => Some(c.is_sign_negative()),
         _ => None,
     };
+    let one = |v: Value| f.defining(v).is_some_and(|d| d.op == Op::FConst(1.0));
     match (op, args) {
+        (Op::FBinary(FBinOp::Mul), [a, b]) if one(*a) => Some(*b),
+        (Op::FBinary(FBinOp::Mul), [a, b]) if one(*b) => Some(*a),
         (Op::FBinary(FBinOp::Add), [a, b]) => match (zero(*a), zero(*b)) {
             (_, Some(negative)) if adjoint || negative => Some(*a),
             (Some(negative), _) if adjoint || negative => Some(*b),
