@@ -240,17 +240,17 @@ impl Plan {
         if live(fwd).any(|d| matches!(d.op, Op::StructGet(s, _) if s == rule.tape_sid)) {
             return None;
         }
-        for f in [fwd, rev] {
-            for v in f.values.values() {
-                if mentions(&module.types, v.ty, tape, &mut HashSet::new()) {
-                    let direct = v.ty == tape
-                        || v.ty == rule.fwd_ret
-                        || matches!(module.types.get(v.ty), Type::Stack(t) if *t == tape);
-                    if !direct {
-                        return None;
-                    }
-                    types_to_map.insert(v.ty);
+        let value_types: HashSet<TypeId> =
+            [fwd, rev].iter().flat_map(|f| f.values.values().map(|v| v.ty)).collect();
+        for ty in value_types {
+            if mentions(&module.types, ty, tape, &mut HashSet::new()) {
+                let direct = ty == tape
+                    || ty == rule.fwd_ret
+                    || matches!(module.types.get(ty), Type::Stack(t) if *t == tape);
+                if !direct {
+                    return None;
                 }
+                types_to_map.insert(ty);
             }
         }
         for (_, ty) in &module.types.struct_def(rule.tape_sid).fields {
@@ -280,12 +280,9 @@ fn mentions(types: &mcir_ir::TypeTable, t: TypeId, target: TypeId, seen: &mut Ha
         return false;
     }
     match types.get(t) {
-        Type::Tuple(items) => items.clone().iter().any(|&i| mentions(types, i, target, seen)),
+        Type::Tuple(items) => items.iter().any(|&i| mentions(types, i, target, seen)),
         Type::Stack(e) | Type::Ref(e) => mentions(types, *e, target, seen),
-        Type::Struct(s) => {
-            let fields: Vec<TypeId> = types.struct_def(*s).fields.iter().map(|f| f.1).collect();
-            fields.into_iter().any(|f| mentions(types, f, target, seen))
-        }
+        Type::Struct(s) => types.struct_def(*s).fields.iter().any(|f| mentions(types, f.1, target, seen)),
         Type::Scalar(_) | Type::Array { .. } => false,
     }
 }

@@ -45,16 +45,7 @@ pub(crate) fn sink_record_reads(mut rev: Function) -> Function {
             users.entry(a).or_default().push(b);
         }
     }
-    let common = |a: Block, b: Block| {
-        let mut d = a;
-        while !cfg.dominates(d, b) {
-            match cfg.idom(d) {
-                Some(up) if up != d => d = up,
-                _ => return entry,
-            }
-        }
-        d
-    };
+    let common = |a: Block, b: Block| common_dominator(&cfg, entry, a, b);
     let mut moves: Vec<(Inst, Block)> = Vec::new();
     for i in reads {
         let Some(r) = rev.insts[i].result else { continue };
@@ -119,16 +110,7 @@ pub(crate) fn sink_stack_creation(mut fwd: Function, tape_sid: mcir_ir::StructId
     }
     let cfg = ControlFlow::compute(&fwd);
     let depth = cfg.loop_depths();
-    let common = |a: Block, b: Block| {
-        let mut d = a;
-        while !cfg.dominates(d, b) {
-            match cfg.idom(d) {
-                Some(up) if up != d => d = up,
-                _ => return entry,
-            }
-        }
-        d
-    };
+    let common = |a: Block, b: Block| common_dominator(&cfg, entry, a, b);
     let reaches = |from: Block, to: Block| {
         let mut seen = std::collections::HashSet::new();
         let mut work = vec![from];
@@ -197,4 +179,16 @@ pub(crate) fn sink_stack_creation(mut fwd: Function, tape_sid: mcir_ir::StructId
         }
     }
     fwd
+}
+
+/// The nearest block that dominates both `a` and `b` (`entry` when only it does).
+fn common_dominator(cfg: &ControlFlow, entry: Block, a: Block, b: Block) -> Block {
+    let mut d = a;
+    while !cfg.dominates(d, b) {
+        match cfg.idom(d) {
+            Some(up) if up != d => d = up,
+            _ => return entry,
+        }
+    }
+    d
 }

@@ -369,6 +369,14 @@ struct Stepped {
     previous: HashMap<mcir_ir::Inst, (CValue, CValue)>,
 }
 
+/// A number of bytes taken from the arena: known when the code is compiled, or computed
+/// when it runs.
+#[derive(Clone, Copy)]
+enum Amount {
+    Fixed(i64),
+    Computed(CValue),
+}
+
 /// The fewest fields of a record whose fields are stored as they are computed.
 const EARLY_RECORD_FIELDS: usize = 6;
 
@@ -1520,11 +1528,22 @@ impl FnLower<'_, '_> {
         Some(self.b.ins().select(small, room, first))
     }
 
+    /// Takes `size` bytes (`bytes` rounded up) from the arena.
+    fn bump(&mut self, bytes: i64, size: i64, site: i64) -> CValue {
+        self.bump_by(Amount::Fixed(bytes), Amount::Fixed(size), site)
+    }
+
     /// Takes `bytes` bytes (a multiple of 8, computed at run time) from the arena.
     fn bump_value(&mut self, bytes: CValue, site: i64) -> CValue {
+        self.bump_by(Amount::Computed(bytes), Amount::Computed(bytes), site)
+    }
+
+    /// Takes `size` bytes from the arena's window, or from a new window of at least
+    /// `bytes` when the window is full.
+    fn bump_by(&mut self, bytes: Amount, size: Amount, site: i64) -> CValue {
         let p = self.b.ins().load(P, flags(), self.ctx, ctx::BUMP);
         let end = self.b.ins().load(P, flags(), self.ctx, ctx::BUMP_END);
-        let q = self.b.ins().iadd(p, bytes);
+        let q = self.advance(p, size);
         let full = self.b.ins().icmp(IntCC::UnsignedGreaterThan, q, end);
         let slow = self.b.create_block();
         let fast = self.b.create_block();
@@ -1537,44 +1556,28 @@ impl FnLower<'_, '_> {
         self.b.switch_to_block(slow);
         self.b.set_cold_block(slow);
         let s = self.b.ins().iconst(P, site);
-        self.rt_call("alloc_refill", &[self.ctx, s, bytes]);
+        let n = match bytes {
+            Amount::Fixed(n) => self.b.ins().iconst(P, n),
+            Amount::Computed(n) => n,
+        };
+        // A new window through a helper that preserves every register, so values live
+        // across an allocation (a loop's accumulator) need not leave their registers.
+        self.rt_call("alloc_refill", &[self.ctx, s, n]);
         self.status_check();
         let p2 = self.b.ins().load(P, flags(), self.ctx, ctx::BUMP);
-        let q2 = self.b.ins().iadd(p2, bytes);
+        let q2 = self.advance(p2, size);
         self.b.ins().store(flags(), q2, self.ctx, ctx::BUMP);
         self.b.ins().jump(join, &[p2.into()]);
         self.b.switch_to_block(join);
         out
     }
 
-    /// Takes `size` bytes (`bytes` rounded up) from the arena.
-    fn bump(&mut self, bytes: i64, size: i64, site: i64) -> CValue {
-        let p = self.b.ins().load(P, flags(), self.ctx, ctx::BUMP);
-        let end = self.b.ins().load(P, flags(), self.ctx, ctx::BUMP_END);
-        let q = self.b.ins().iadd_imm_s(p, size);
-        let full = self.b.ins().icmp(IntCC::UnsignedGreaterThan, q, end);
-        let slow = self.b.create_block();
-        let fast = self.b.create_block();
-        let join = self.b.create_block();
-        let out = self.b.append_block_param(join, P);
-        self.b.ins().brif(full, slow, &[], fast, &[]);
-        self.b.switch_to_block(fast);
-        self.b.ins().store(flags(), q, self.ctx, ctx::BUMP);
-        self.b.ins().jump(join, &[p.into()]);
-        self.b.switch_to_block(slow);
-        self.b.set_cold_block(slow);
-        let s = self.b.ins().iconst(P, site);
-        let n = self.b.ins().iconst(P, bytes);
-        // A new window through a helper that preserves every register, so values live
-        // across an allocation (a loop's accumulator) need not leave their registers.
-        self.rt_call("alloc_refill", &[self.ctx, s, n]);
-        self.status_check();
-        let p2 = self.b.ins().load(P, flags(), self.ctx, ctx::BUMP);
-        let q2 = self.b.ins().iadd_imm_s(p2, size);
-        self.b.ins().store(flags(), q2, self.ctx, ctx::BUMP);
-        self.b.ins().jump(join, &[p2.into()]);
-        self.b.switch_to_block(join);
-        out
+    /// `p + size`.
+    fn advance(&mut self, p: CValue, size: Amount) -> CValue {
+        match size {
+            Amount::Fixed(n) => self.b.ins().iadd_imm_s(p, n),
+            Amount::Computed(n) => self.b.ins().iadd(p, n),
+        }
     }
 
     /// A one-dimensional array of `n` 8-byte elements, all `value`: made inline from the
