@@ -491,6 +491,61 @@ impl Function {
         out
     }
 
+    /// What holds where each instruction stands: [`Function::proofs`], and the indices
+    /// of an access that another access of the same array dominates with the same index
+    /// along the same dimension (or a constant at least as large there): that one was
+    /// checked, or proven, before this one runs, and extents do not change. The same
+    /// value in a loop is the same value in an iteration, so the earlier check is of this
+    /// iteration's index.
+    ///
+    /// Only for code in which no access moves any more (native lowering): a pass that
+    /// moved an access above the one that checked it would lose the check, which is why
+    /// [`Function::trust_proven_indices`] does not use these.
+    pub fn proofs_in_place(&self) -> Proofs {
+        let mut out = self.proofs();
+        let cfg = ControlFlow::compute(self);
+        // Where each (array, dimension, index) and each (array, dimension) with a
+        // constant index was seen first: a handful per key, as the first ones of a key
+        // dominate most later ones.
+        const KEPT: usize = 8;
+        let mut seen: std::collections::HashMap<(Value, usize, Value), Vec<Block>> = Default::default();
+        let mut constants: std::collections::HashMap<(Value, usize), Vec<(Block, i64)>> = Default::default();
+        for &b in &cfg.rpo {
+            for &inst in &self.blocks[b].insts {
+                let d = &self.insts[inst];
+                let n_idx = match d.op {
+                    Op::Load | Op::TrustedLoad => d.args.len().saturating_sub(1),
+                    Op::Store | Op::TrustedStore => d.args.len().saturating_sub(2),
+                    _ => continue,
+                };
+                let a = d.args[0];
+                let mut dims = out.in_bounds.get(&inst).cloned().unwrap_or_else(|| vec![false; n_idx]);
+                dims.resize(n_idx, false);
+                for (dim, proven) in dims.iter_mut().enumerate() {
+                    let idx = d.args[1 + dim];
+                    // Blocks are visited in reverse post-order, so a block seen before
+                    // `b` that is `b` itself holds an earlier instruction.
+                    let sites = seen.entry((a, dim, idx)).or_default();
+                    *proven |= sites.iter().any(|&s| cfg.dominates(s, b));
+                    if sites.len() < KEPT {
+                        sites.push(b);
+                    }
+                    if let Some(c) = self.const_int(idx).filter(|&c| c >= 0) {
+                        let sites = constants.entry((a, dim)).or_default();
+                        *proven |= sites.iter().any(|&(s, k)| k >= c && cfg.dominates(s, b));
+                        if sites.len() < KEPT {
+                            sites.push((b, c));
+                        }
+                    }
+                }
+                if dims.iter().any(|&x| x) {
+                    out.in_bounds.insert(inst, dims);
+                }
+            }
+        }
+        out
+    }
+
     /// Turns every load and store whose indices are all provably in bounds into its
     /// trusted form. Returns how many were changed.
     pub fn trust_proven_indices(&mut self) -> usize {
@@ -784,5 +839,67 @@ bb0:
 }
 ";
         assert_eq!(no_overflow(ir), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn an_index_checked_by_a_dominating_access_is_proven_in_place() {
+        // In the loop's body, v[i, 0] and v[i, 1] are checked by the first loads of
+        // v (bb2); the later ones need no check, nor does v[i, 0] after v[i, 1] (0 <= 1).
+        // The join bb4 is dominated by bb2, bb3 is not by bb4's accesses. `proofs`
+        // alone proves none of them (v's extents are unknown), and `trust_proven_indices`
+        // turns none into trusted form.
+        let ir = "fn @f(%v_0: f64[,], %n_1: i64, %c_2: bool) -> f64 {
+bb0:
+    %3: i64 = iconst 0
+    %4: i64 = iconst 1
+    jump bb1(%3)
+bb1(%i_5: i64):
+    %6: bool = icmp lt %i_5, %n_1
+    br %6, bb2, bb5
+bb2:
+    %7: f64 = load %v_0[%i_5, %4]
+    %8: f64 = load %v_0[%i_5, %3]
+    %9: f64 = fadd %7, %8
+    store %v_0[%i_5, %4], %9
+    br %c_2, bb3, bb4
+bb3:
+    %10: i64 = iadd %i_5, %4
+    %11: f64 = load %v_0[%10, %3]
+    jump bb4
+bb4:
+    %12: f64 = load %v_0[%i_5, %3]
+    %13: i64 = iadd %i_5, %4
+    jump bb1(%13)
+bb5:
+    %14: f64 = fconst 0.0
+    ret %14
+}
+";
+        let m = crate::parse_module(ir).expect("parses");
+        crate::verify_module(&m).expect("verifies");
+        let (_, f) = m.funcs.iter().next().expect("a function");
+        // The dimensions proven of the load of value `v`, or of the store (`None`).
+        let proven = |p: &super::Proofs, v: Option<usize>| {
+            let (i, _) = f
+                .insts
+                .iter()
+                .find(|(_, d)| match v {
+                    Some(v) => d.result.map(|r| r.index()) == Some(v),
+                    None => d.op == Op::Store,
+                })
+                .expect("an instruction");
+            p.in_bounds.get(&i).cloned().unwrap_or_default()
+        };
+        let alone = f.proofs();
+        assert!(f.blocks.values().flat_map(|b| &b.insts).all(|i| !alone.in_bounds.contains_key(i)));
+        let in_place = f.proofs_in_place();
+        assert_eq!(proven(&in_place, Some(7)), Vec::<bool>::new());
+        assert_eq!(proven(&in_place, Some(8)), vec![true, true]);
+        assert_eq!(proven(&in_place, None), vec![true, true]);
+        // bb3's row i + 1 is new; its column 0 is covered by bb2's column 1.
+        assert_eq!(proven(&in_place, Some(11)), vec![false, true]);
+        assert_eq!(proven(&in_place, Some(12)), vec![true, true]);
+        let mut g = f.clone();
+        assert_eq!(g.trust_proven_indices(), 0);
     }
 }

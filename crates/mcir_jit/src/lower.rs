@@ -583,7 +583,7 @@ impl<'a> Lowering<'a> {
             vals: vec![None; f.values.len()],
             blocks: Vec::new(),
             refs: HashMap::new(),
-            proofs: f.proofs(),
+            proofs: f.proofs_in_place(),
             loop_depth: Vec::new(),
             fused,
             block_bytes: 0,
