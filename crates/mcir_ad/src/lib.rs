@@ -393,12 +393,14 @@ fn derive_function(
     let types = &module.types;
     let cleaned =
         dce::remove_dead_code(&inert::bypass_inert_loops(dce::remove_dead_code(&rev).into_simplified_cfg()));
-    let cleaned = mcir_ir::memory::forward_elements(
+    let origins = record_origins(&fw.e.func, primal.param_values().len(), &slots, &cleaned, rule.tape_sid);
+    let cleaned = mcir_ir::memory::forward_elements_apart(
         mcir_ir::cse::eliminate_common_subexpressions(
             mcir_ir::hoist::hoist_in_derived(signs::sink_negations(cleaned), types),
             types,
         ),
         true,
+        &|a, b| matches!((origins.get(&a), origins.get(&b)), (Some(x), Some(y)) if x.apart_from(y)),
     );
     // Shortened once loads are forwarded and equal values merged, so that the terms of
     // one adjoint meet (`x̄ · l + x̄ · l`, two reads of `l[j]` that CSE made one).
@@ -419,6 +421,75 @@ fn derive_function(
     let (fwd_func, rev_func) =
         record::fix_record_fields(&mut module.types, rule.tape_sid, fwd_func, rev_func);
     Ok((sink::sink_stack_creation(fwd_func, rule.tape_sid), sink::sink_record_reads(rev_func)))
+}
+
+/// Where an array a reverse pass reads from its record comes from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// An argument of the primal function.
+    Primal,
+    /// The shadow of an argument.
+    Shadow,
+    /// An array the forward pass made (the value that made it).
+    Made(mcir_ir::Value),
+}
+
+impl Origin {
+    /// Whether arrays of the two origins are certainly different arrays. A caller never
+    /// passes one array as an argument and as a shadow (shadows are made by the driver or
+    /// by forward passes, fresh), and an array made by the forward pass did not exist
+    /// when its arguments did. Two arguments, or two shadows, may be one array.
+    fn apart_from(&self, other: &Origin) -> bool {
+        match (self, other) {
+            (Origin::Primal, Origin::Shadow) | (Origin::Shadow, Origin::Primal) => true,
+            (Origin::Made(a), Origin::Made(b)) => a != b,
+            (Origin::Made(_), _) | (_, Origin::Made(_)) => true,
+            _ => false,
+        }
+    }
+}
+
+/// The origins of the arrays reverse pass `rev` reads from the fields of its record that
+/// the forward pass `fwd` (whose first `n_primal` parameters are the primal's) fills with
+/// a value directly: an argument, a shadow argument, or an array it made.
+fn record_origins(
+    fwd: &Function,
+    n_primal: usize,
+    slots: &[(Option<mcir_ir::Value>, TypeId, String, bool)],
+    rev: &Function,
+    tape_sid: mcir_ir::StructId,
+) -> std::collections::HashMap<mcir_ir::Value, Origin> {
+    let fwd_params = fwd.param_values();
+    let origin = |v: mcir_ir::Value| -> Option<Origin> {
+        if let Some(k) = fwd_params.iter().position(|&p| p == v) {
+            return Some(if k < n_primal { Origin::Primal } else { Origin::Shadow });
+        }
+        let made = matches!(
+            fwd.defining(v)?.op,
+            mcir_ir::Op::ArrayFill
+                | mcir_ir::Op::ZerosLike
+                | mcir_ir::Op::ArrayLit(_)
+                | mcir_ir::Op::ArrayCopy
+        );
+        made.then_some(Origin::Made(v))
+    };
+    let Some(&tape) = rev.param_values().first() else { return Default::default() };
+    let mut out = std::collections::HashMap::new();
+    for data in rev.blocks.values() {
+        for &i in &data.insts {
+            let d = &rev.insts[i];
+            let (mcir_ir::Op::StructGet(sid, k), Some(r)) = (&d.op, d.result) else { continue };
+            if *sid != tape_sid || d.args.first() != Some(&tape) {
+                continue;
+            }
+            if let Some((Some(fv), _, _, true)) = slots.get(*k as usize) {
+                if let Some(o) = origin(*fv) {
+                    out.insert(r, o);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// `f`, a reverse pass, with its chains of adjoints shortened (`chains.rs`), then its
@@ -450,6 +521,18 @@ struct StaticTape<'a> {
 #[derive(Default)]
 struct Reserved {
     offsets: std::collections::HashMap<(usize, usize), mcir_ir::Value>,
+    /// For (loop, header) whose records are reserved in front of an enclosing loop
+    /// (`StaticTape::reserve_for_nest`), what all its stacks share.
+    nests: std::collections::HashMap<(usize, bool), Nest>,
+}
+
+/// The counts a nest's reservations share: zero and the records of all runs (in front
+/// of the outer loop), and the records of the runs before this one (in front of each).
+#[derive(Clone, Copy)]
+struct Nest {
+    zero: mcir_ir::Value,
+    total: mcir_ir::Value,
+    skipped: mcir_ir::Value,
 }
 
 /// A block's place in a range loop: the loop (index into `StaticTape::loops`), and
@@ -506,6 +589,10 @@ impl<'a> StaticTape<'a> {
         let c = self.counted.get(l.header.index()).copied().flatten()?;
         let pre = self.edges.get(l.header.index())?.get(c.entry_edge)?.from;
         let fpre = *fw.block_map.get(pre.index())?;
+        if let Some(o) = self.reserve_for_nest(fw, bases, at, stack, pre, init, bound) {
+            bases.offsets.insert((at.lp, slot), o);
+            return Some((o, fi));
+        }
         let f = &mut fw.e.func;
         let span = self.primal.span;
         let i64t = Some(mcir_ir::TypeTable::I64);
@@ -515,6 +602,106 @@ impl<'a> StaticTape<'a> {
         let o = f.push_inst(fpre, Op::StackReserve, vec![stack, finit, fbound, extra], i64t, span)?;
         bases.offsets.insert((at.lp, slot), o);
         Some((o, fi))
+    }
+}
+
+impl StaticTape<'_> {
+    /// When range loop `at.lp` (preheader `pre`, `for i in init..bound`) runs once in
+    /// every iteration of an enclosing range loop and its bounds are the same in each,
+    /// its records for all of them are reserved once, in front of the enclosing loop,
+    /// and each run stores its records after the previous run's: the stack grows at
+    /// most once instead of doubling (and copying what it holds) as the runs come.
+    /// Returns the offset that turns the counter into the record's index in this run.
+    ///
+    /// Both loops must start at a constant in `0..=2³²` (so that no count below can
+    /// overflow), and the inner bound must be a constant or computed before the outer
+    /// loop.
+    #[allow(clippy::too_many_arguments)]
+    fn reserve_for_nest(
+        &self,
+        fw: &mut forward::Forward,
+        bases: &mut Reserved,
+        at: Place,
+        stack: mcir_ir::Value,
+        pre: mcir_ir::Block,
+        init: mcir_ir::Value,
+        bound: mcir_ir::Value,
+    ) -> Option<mcir_ir::Value> {
+        use mcir_ir::{IBinOp, Op};
+        let around = self.place(pre)?;
+        if around.header {
+            return None;
+        }
+        let outer = &self.loops[around.lp];
+        let (outer_init, outer_bound) = outer.range?;
+        let start = |v: mcir_ir::Value| self.primal.const_int(v).filter(|c| (0..=1i64 << 32).contains(c));
+        let (inner_start, outer_start) = (start(init)?, start(outer_init)?);
+        let inner_bound_const = self.primal.const_int(bound);
+        if inner_bound_const.is_none() {
+            let in_outer = |b: mcir_ir::Block| outer.region.get(b.index()).copied().unwrap_or(true);
+            let before = match self.primal.values[bound].def {
+                mcir_ir::ValueDef::Param(b, _) => !in_outer(b),
+                mcir_ir::ValueDef::Inst(i) => self
+                    .primal
+                    .blocks
+                    .iter()
+                    .find(|(_, data)| data.insts.contains(&i))
+                    .is_some_and(|(b, _)| !in_outer(b)),
+            };
+            if !before {
+                return None;
+            }
+        }
+        let oc = self.counted.get(outer.header.index()).copied().flatten()?;
+        let outer_pre = self.edges.get(outer.header.index())?.get(oc.entry_edge)?.from;
+        let fouter = *fw.block_map.get(outer_pre.index())?;
+        let fpre = *fw.block_map.get(pre.index())?;
+        let span = self.primal.span;
+        let i64t = Some(mcir_ir::TypeTable::I64);
+        let emit = |fw: &mut forward::Forward, b: mcir_ir::Block, op: Op, args: Vec<mcir_ir::Value>| {
+            fw.e.func.push_inst(b, op, args, i64t, span)
+        };
+        // `x - c`, or `x` for `c = 0`.
+        let less = |fw: &mut forward::Forward, b: mcir_ir::Block, x: mcir_ir::Value, c: i64| {
+            if c == 0 {
+                return Some(x);
+            }
+            let k = emit(fw, b, Op::IConst(c), vec![])?;
+            emit(fw, b, Op::IBinary(IBinOp::Sub), vec![x, k])
+        };
+        let nest = match bases.nests.get(&(at.lp, at.header)) {
+            Some(&n) => n,
+            None => {
+                let fwd =
+                    |fw: &forward::Forward, v: mcir_ir::Value| fw.vmap.get(v.index()).copied().flatten();
+                let (f_outer_bound, f_outer_counter) = (fwd(fw, outer_bound)?, fwd(fw, outer.param)?);
+                // In front of the outer loop: `per` records a run (one more for the
+                // header), `runs` runs.
+                let inner_bound = match inner_bound_const {
+                    Some(k) => emit(fw, fouter, Op::IConst(k), vec![])?,
+                    None => fwd(fw, bound)?,
+                };
+                let zero = emit(fw, fouter, Op::IConst(0), vec![])?;
+                let per = less(fw, fouter, inner_bound, inner_start)?;
+                let mut per = emit(fw, fouter, Op::IBinary(IBinOp::Max), vec![per, zero])?;
+                if at.header {
+                    let one = emit(fw, fouter, Op::IConst(1), vec![])?;
+                    per = emit(fw, fouter, Op::IBinary(IBinOp::Add), vec![per, one])?;
+                }
+                let runs = less(fw, fouter, f_outer_bound, outer_start)?;
+                let runs = emit(fw, fouter, Op::IBinary(IBinOp::Max), vec![runs, zero])?;
+                let total = emit(fw, fouter, Op::IBinary(IBinOp::Mul), vec![runs, per])?;
+                // In front of each run: the records of the runs before it.
+                let done = less(fw, fpre, f_outer_counter, outer_start)?;
+                let skipped = emit(fw, fpre, Op::IBinary(IBinOp::Mul), vec![done, per])?;
+                let n = Nest { zero, total, skipped };
+                bases.nests.insert((at.lp, at.header), n);
+                n
+            }
+        };
+        let base = emit(fw, fouter, Op::StackReserve, vec![stack, nest.zero, nest.total, nest.zero])?;
+        let first = emit(fw, fpre, Op::IBinary(IBinOp::Add), vec![base, nest.skipped])?;
+        less(fw, fpre, first, inner_start)
     }
 }
 

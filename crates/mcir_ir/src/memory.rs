@@ -14,7 +14,9 @@
 //! are to the same element when they use the same SSA values, and to different ones when
 //! they use the same array value and different constants as an index (`xc[0]`, `xc[1]`
 //! of an unrolled loop). Any other store may write an element of any other array of the
-//! same type (two array values may be one array), so it forgets what is known of those;
+//! same type (two array values may be one array), so it forgets what is known of those,
+//! unless the caller knows the two to be different arrays (`forward_elements_apart`: a
+//! reverse pass's primal arguments and their shadows);
 //! an operation that writes arrays some other way (a call, a kernel, an arena release)
 //! forgets everything. A store is dropped as
 //! overwritten only when it is trusted (it checks nothing), so no bounds error is lost.
@@ -113,18 +115,29 @@ type Element = Vec<Value>;
 /// `adjoint`, the function computes derivatives, whose zeros carry no sign that
 /// matters, and `x + 0.0` and `0.0 + x` are `x` (for `x = -0.0` IEEE gives `+0.0`);
 /// otherwise only the exact `x + -0.0` and `x - 0.0` fold.
-pub fn forward_elements(mut f: Function, adjoint: bool) -> Function {
+pub fn forward_elements(f: Function, adjoint: bool) -> Function {
+    forward_elements_apart(f, adjoint, &|_, _| false)
+}
+
+/// [`forward_elements`], where `apart(a, b)` says that array values `a` and `b` are
+/// known to be different arrays (a reverse pass's primal argument and a shadow), so a
+/// store to one keeps what is known of the other.
+pub fn forward_elements_apart(
+    mut f: Function,
+    adjoint: bool,
+    apart: &dyn Fn(Value, Value) -> bool,
+) -> Function {
     // Each pass can expose more (a dropped overwritten store leaves a store of the value
     // loaded before it); two or three reach the fixpoint in practice.
     for _ in 0..4 {
-        if !forward_once(&mut f, adjoint) {
+        if !forward_once(&mut f, adjoint, apart) {
             break;
         }
     }
     f
 }
 
-fn forward_once(f: &mut Function, adjoint: bool) -> bool {
+fn forward_once(f: &mut Function, adjoint: bool, apart: &dyn Fn(Value, Value) -> bool) -> bool {
     let mut subst: HashMap<Value, Value> = HashMap::new();
     let mut changed = false;
     let blocks: Vec<Block> = f.blocks.keys().collect();
@@ -154,7 +167,9 @@ fn forward_once(f: &mut Function, adjoint: bool) -> bool {
                         continue;
                     }
                     let ty = f.value_type(args[0]);
-                    unread.retain(|e, _| f.value_type(e[0]) != ty || distinct(f, e, &element));
+                    unread.retain(|e, _| {
+                        f.value_type(e[0]) != ty || distinct(f, e, &element) || apart(e[0], element[0])
+                    });
                     if let Some(r) = f.insts[i].result {
                         known.insert(element, r);
                     }
@@ -172,7 +187,9 @@ fn forward_once(f: &mut Function, adjoint: bool) -> bool {
                         }
                     }
                     let ty = f.value_type(args[0]);
-                    known.retain(|e, _| f.value_type(e[0]) != ty || distinct(f, e, &element));
+                    known.retain(|e, _| {
+                        f.value_type(e[0]) != ty || distinct(f, e, &element) || apart(e[0], element[0])
+                    });
                     known.insert(element.clone(), value);
                     unread.insert(element, i);
                 }
@@ -286,6 +303,42 @@ bb0:
             false,
         );
         assert_eq!(out.matches("load").count(), 2, "{out}");
+    }
+
+    #[test]
+    fn a_store_to_an_array_known_apart_keeps_the_element() {
+        // A reverse pass restoring its primal argument `x` between the reads and writes
+        // of the shadow `dx`: told that the two are different arrays, the zero stored
+        // into dx[r] is forwarded past the restore, and what is left is dx[r] read once
+        // and written once; not told, everything stays.
+        let ir = "fn @f(%dx_0: f64[], %x_1: f64[], %r_2: i64, %old_3: f64, %g_4: f64) {
+bb0:
+    %5: f64 = load.trusted %dx_0[%r_2]
+    %6: f64 = fconst 0.0
+    store.trusted %dx_0[%r_2], %6
+    store.trusted %x_1[%r_2], %old_3
+    %7: f64 = load.trusted %dx_0[%r_2]
+    %8: f64 = fmul %5, %g_4
+    %9: f64 = fadd %7, %8
+    store.trusted %dx_0[%r_2], %9
+    ret
+}";
+        let m = crate::parse_module(ir).expect("parses");
+        use crate::entity::EntityRef;
+        let (dx, x) = (Value::new(0), Value::new(1));
+        let id: FuncId = m.funcs.keys().next().expect("a function");
+        let apart =
+            forward_elements_apart(m.funcs[id].clone(), true, &|a, b| (a, b) == (dx, x) || (a, b) == (x, dx));
+        let mut out = m.clone();
+        out.funcs[id] = apart;
+        crate::verify_module(&out).expect("verifies");
+        let text = crate::print::print_module(&out);
+        assert_eq!(text.matches("load").count(), 1, "{text}");
+        assert_eq!(text.matches("store.trusted %dx_0").count(), 1, "{text}");
+        assert!(text.contains("store.trusted %x_1[%r_2], %old_3"), "{text}");
+        let text = run(ir, true);
+        assert_eq!(text.matches("load").count(), 2, "{text}");
+        assert_eq!(text.matches("store.trusted %dx_0").count(), 2, "{text}");
     }
 
     #[test]
