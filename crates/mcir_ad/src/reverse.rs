@@ -1106,7 +1106,7 @@ impl<'a> Reverse<'a> {
             let term = &self.primal.blocks[x].term;
             match term {
                 Terminator::Return(_) => return None,
-                Terminator::Branch { cond, .. } if !self.replayable_condition(*cond, b) => return None,
+                Terminator::Branch { cond, .. } if !self.replayable_condition(*cond) => return None,
                 _ => {}
             }
             for (slot, s) in term.successors().enumerate() {
@@ -1125,34 +1125,10 @@ impl<'a> Reverse<'a> {
     }
 
     /// Whether `cond` compares values the reverse pass of the current block has without
-    /// the tape's per-iteration records: constants, loop counters, entry values, and
-    /// elements at such indices of an array whose type the function never writes, loaded
-    /// in a block that dominates `join` (`x[i] > 0.25` in `for i in ..`: the forward
-    /// pass loaded the element, and checked its index, whenever it reached the join, and
-    /// the element has not changed since).
-    fn replayable_condition(&self, cond: Value, join: Block) -> bool {
+    /// the tape's per-iteration records: constants, loop counters, entry values.
+    fn replayable_condition(&self, cond: Value) -> bool {
         let Some(d) = self.primal.defining(cond) else { return false };
-        matches!(d.op, Op::ICmp(_) | Op::FCmp(_))
-            && d.args.iter().all(|&a| self.replayable_operand(a) || self.replayable_element(a, join))
-    }
-
-    fn replayable_element(&self, a: Value, join: Block) -> bool {
-        let mcir_ir::ValueDef::Inst(load) = self.primal.values[a].def else { return false };
-        let d = &self.primal.insts[load];
-        if !matches!(d.op, Op::Load | Op::TrustedLoad)
-            || !self.never_written.contains(&self.primal.value_type(d.args[0]))
-            || !d.args.iter().all(|&x| self.replayable_operand(x))
-        {
-            return false;
-        }
-        let mut dominators = Some(join);
-        while let Some(b) = dominators {
-            if self.primal.blocks[b].insts.contains(&load) {
-                return true;
-            }
-            dominators = self.flow.idom(b).filter(|&up| up != b);
-        }
-        false
+        matches!(d.op, Op::ICmp(_) | Op::FCmp(_)) && d.args.iter().all(|&a| self.replayable_operand(a))
     }
 
     fn replayable_operand(&self, a: Value) -> bool {
