@@ -46,6 +46,30 @@ const DIV_LATENCY: i64 = 13;
 const NEG_LATENCY: i64 = 1;
 const OTHER_LATENCY: i64 = 10;
 
+/// How deep [`is_zero`] looks.
+const ZERO_DEPTH: u32 = 16;
+
+/// Whether `v`, an addend of an adjoint that waits on no carried value, is a zero
+/// adjoint: a constant zero, or sums, differences, negations and products of zeros and
+/// quotients of a zero. A derived pass seeds what nothing contributes to with `0.0` (the
+/// adjoint of a loop's `step`, read only by its test), and coefficients then scale it
+/// (`0 / (3 y²)`). Zero adjoints are symbolic: such an addend contributes nothing,
+/// whatever it is multiplied by or divided by (the rule's partial derivative may be
+/// infinite where the adjoint reaching it is zero).
+fn is_zero(f: &Function, v: Value, depth: u32) -> bool {
+    let Some(d) = f.defining(v) else { return false };
+    match (&d.op, d.args.as_slice()) {
+        (Op::FConst(c), _) => *c == 0.0,
+        _ if depth == 0 => false,
+        (Op::FBinary(FBinOp::Add | FBinOp::Sub), [a, b]) => {
+            is_zero(f, *a, depth - 1) && is_zero(f, *b, depth - 1)
+        }
+        (Op::FBinary(FBinOp::Mul), [a, b]) => is_zero(f, *a, depth - 1) || is_zero(f, *b, depth - 1),
+        (Op::FBinary(FBinOp::Div), [a, _]) | (Op::FUnary(FUnOp::Neg), [a]) => is_zero(f, *a, depth - 1),
+        _ => false,
+    }
+}
+
 /// The latency the model gives `op`.
 fn latency(op: &Op) -> i64 {
     match op {
@@ -317,34 +341,39 @@ impl BlockPass<'_> {
         let late: Vec<bool> = data.args.iter().map(|a| self.late[a.index()]).collect();
         match (&data.op, data.args.as_slice()) {
             (Op::FBinary(FBinOp::Add), [a, b]) => {
-                let fa = self.form_of(*a);
-                Some(self.add(f, fa, self.form_of(*b)))
+                let fa = self.form_of(f, *a);
+                let fb = self.form_of(f, *b);
+                Some(self.add(f, fa, fb))
             }
             (Op::FBinary(FBinOp::Sub), [a, b]) => {
-                let fa = self.form_of(*a);
-                Some(self.add(f, fa, self.form_of(*b).negated()))
+                let fa = self.form_of(f, *a);
+                let fb = self.form_of(f, *b).negated();
+                Some(self.add(f, fa, fb))
             }
-            (Op::FUnary(FUnOp::Neg), [a]) => Some(self.form_of(*a).negated()),
+            (Op::FUnary(FUnOp::Neg), [a]) => Some(self.form_of(f, *a).negated()),
             (Op::FBinary(FBinOp::Mul), [a, b]) if late[0] != late[1] => {
                 let (x, e) = if late[0] { (*a, *b) } else { (*b, *a) };
-                let fx = self.form_of(x);
+                let fx = self.form_of(f, x);
                 Some(self.scale(f, fx, e, FBinOp::Mul))
             }
             (Op::FBinary(FBinOp::Div), [a, b]) if late[0] && !late[1] => {
-                let fa = self.form_of(*a);
+                let fa = self.form_of(f, *a);
                 Some(self.scale(f, fa, *b, FBinOp::Div))
             }
             _ => None,
         }
     }
 
-    fn form_of(&self, v: Value) -> Form {
+    fn form_of(&self, f: &Function, v: Value) -> Form {
         if let Some(form) = self.forms.get(&v) {
             form.clone()
         } else if let Some(&atom) = self.atom_of.get(&v) {
             Form::atom(atom, true)
         } else if self.late[v.index()] {
             Form::atom(v, false)
+        } else if is_zero(f, v, ZERO_DEPTH) {
+            // A zero adjoint is no addend (see `is_zero`).
+            Form::default()
         } else {
             Form::early(v)
         }
@@ -458,6 +487,10 @@ impl BlockPass<'_> {
                 }
             };
             items.push((ready, items.len(), v, t.coef.negative));
+        }
+        if items.is_empty() {
+            // Every addend was a zero adjoint.
+            return (self.emit(f, Op::FConst(0.0), vec![]), false);
         }
         let mut order = items.len();
         while items.len() > 1 {
@@ -659,6 +692,37 @@ bb1(%x_3: f64):
         let text = mcir_ir::print_module(&after);
         assert!(text.contains("= fsub %a_0, %b_1"), "{text}");
         assert_eq!(text.matches("fmul").count(), 1, "{text}");
+    }
+
+    #[test]
+    fn a_zero_adjoint_scaled_and_divided_contributes_nothing() {
+        // The adjoint of a loop's `step` (read only by its test) is seeded with 0.0, and
+        // the quotient's adjoint divides it: `ā' = ā - (0 - ȳ) / d`. Only ȳ's term is
+        // left, and no division of the zero.
+        let (before, after) = run("fn @f$rev(%d_0: f64, %ab_1: f64, %yb_2: f64) -> (f64, f64) {
+bb0:
+    jump bb1(%ab_1, %yb_2)
+bb1(%a_3: f64, %y_4: f64):
+    %5: f64 = fconst 0.0
+    %6: f64 = fsub %5, %y_4
+    %7: f64 = fdiv %5, %d_0
+    %8: f64 = fdiv %6, %d_0
+    %9: f64 = fsub %a_3, %8
+    %10: f64 = fmul %7, %d_0
+    %11: f64 = fadd %9, %10
+    %12: (f64, f64) = tuple.new %11, %y_4
+    ret %12
+}
+");
+        let id = before.func_by_name("f$rev").expect("the function");
+        for args in [[3.0, 0.5, -2.0], [-0.25, 1.5, 4.0]] {
+            close(&eval(&before.funcs[id], &args), &eval(&after.funcs[id], &args));
+        }
+        // What the pipeline keeps of it: no zero, one division (ȳ's reciprocal).
+        let kept = crate::dce::remove_dead_code(&after.funcs[id]);
+        let text = mcir_ir::print_function(&after, &kept);
+        assert!(!text.contains("fconst 0.0"), "{text}");
+        assert_eq!(text.matches("fdiv").count(), 1, "{text}");
     }
 
     #[test]
