@@ -239,7 +239,9 @@ struct FnLower<'a, 'b> {
     /// The stacks this function only pops (`popped_only`), and, once read, each one's
     /// data pointer and its length in a variable: a pop then reads no length that the
     /// one before it has just stored, so pops in a loop do not wait on each other
-    /// through memory. (The length is still stored, so that memory stays exact.)
+    /// through memory. Nor is the length stored: no other value in the function refers
+    /// to the stack, and the record that holds it is read once, by this function (a
+    /// reverse pass consumes its tape), so no one reads the length in memory again.
     popped_only: HashSet<Value>,
     pop_cursors: HashMap<Value, (CValue, Variable)>,
     /// `sin x` and `cos x` of one operand in one block: each instruction's partner's
@@ -2563,9 +2565,12 @@ impl FnLower<'_, '_> {
                 self.check(empty, site, FAIL_EMPTY_STACK, [z, z, z]);
                 let down = self.b.ins().iadd_imm_s(len, -1);
                 if matches!(d.op, Op::StackPop) {
-                    self.b.ins().store(flags(), down, st, stack::LEN);
-                    if let Some((_, var)) = cursor {
-                        self.b.def_var(var, down);
+                    match cursor {
+                        // See `popped_only`: the length lives in the variable alone.
+                        Some((_, var)) => self.b.def_var(var, down),
+                        None => {
+                            self.b.ins().store(flags(), down, st, stack::LEN);
+                        }
                     }
                 }
                 let data = match cursor {
