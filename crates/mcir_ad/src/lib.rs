@@ -528,11 +528,19 @@ struct Reserved {
 
 /// The counts a nest's reservations share: zero and the records of all runs (in front
 /// of the outer loop), and the records of the runs before this one (in front of each).
+/// The records of all runs are reserved at once only when they are at most
+/// `MAX_NEST_RECORDS`.
 #[derive(Clone, Copy)]
 struct Nest {
     zero: mcir_ir::Value,
     total: mcir_ir::Value,
     skipped: mcir_ir::Value,
+    /// Whether all runs' records fit in one reservation; else each run makes its own,
+    /// from `start_value` to `run_end` with `run_extra` more (nothing when they fit).
+    fits: mcir_ir::Value,
+    start_value: mcir_ir::Value,
+    run_end: mcir_ir::Value,
+    run_extra: mcir_ir::Value,
 }
 
 /// A block's place in a range loop: the loop (index into `StaticTape::loops`), and
@@ -613,9 +621,11 @@ impl StaticTape<'_> {
     /// most once instead of doubling (and copying what it holds) as the runs come.
     /// Returns the offset that turns the counter into the record's index in this run.
     ///
-    /// Both loops must start at a constant in `0..=2³²` (so that no count below can
+    /// Both loops must start at a constant in `0..=2³²` (so that no difference below can
     /// overflow), and the inner bound must be a constant or computed before the outer
-    /// loop.
+    /// loop. Only up to `MAX_NEST_RECORDS` are reserved at once (so that the product
+    /// cannot overflow, and a nest that fails part of the way asks for little memory
+    /// for runs it never makes); beyond, each run reserves its own, as without a nest.
     #[allow(clippy::too_many_arguments)]
     fn reserve_for_nest(
         &self,
@@ -690,20 +700,47 @@ impl StaticTape<'_> {
                 }
                 let runs = less(fw, fouter, f_outer_bound, outer_start)?;
                 let runs = emit(fw, fouter, Op::IBinary(IBinOp::Max), vec![runs, zero])?;
-                let total = emit(fw, fouter, Op::IBinary(IBinOp::Mul), vec![runs, per])?;
+                // Only up to `MAX_NEST_RECORDS` at once: a loop that would fail part of
+                // the way must fail there, not on a reservation for runs it never makes
+                // (or on the count's overflow). Otherwise each run reserves its own.
+                let one = emit(fw, fouter, Op::IConst(1), vec![])?;
+                let per_at_least_one = emit(fw, fouter, Op::IBinary(IBinOp::Max), vec![per, one])?;
+                let cap = emit(fw, fouter, Op::IConst(MAX_NEST_RECORDS), vec![])?;
+                let most_runs = emit(fw, fouter, Op::IBinary(IBinOp::Div), vec![cap, per_at_least_one])?;
+                let fits = fw.e.func.push_inst(
+                    fouter,
+                    Op::ICmp(mcir_ir::CmpOp::Le),
+                    vec![runs, most_runs],
+                    Some(mcir_ir::TypeTable::BOOL),
+                    span,
+                )?;
+                let per_if_fits = emit(fw, fouter, Op::Select, vec![fits, per, zero])?;
+                let total = emit(fw, fouter, Op::IBinary(IBinOp::Mul), vec![runs, per_if_fits])?;
                 // In front of each run: the records of the runs before it.
                 let done = less(fw, fpre, f_outer_counter, outer_start)?;
-                let skipped = emit(fw, fpre, Op::IBinary(IBinOp::Mul), vec![done, per])?;
-                let n = Nest { zero, total, skipped };
+                let skipped = emit(fw, fpre, Op::IBinary(IBinOp::Mul), vec![done, per_if_fits])?;
+                // The run's own reservation, of nothing when the nest's fits.
+                let start_value = emit(fw, fpre, Op::IConst(inner_start), vec![])?;
+                let run_end = emit(fw, fpre, Op::Select, vec![fits, start_value, inner_bound])?;
+                let extra = emit(fw, fpre, Op::IConst(i64::from(at.header)), vec![])?;
+                let run_extra = emit(fw, fpre, Op::Select, vec![fits, zero, extra])?;
+                let n = Nest { zero, total, skipped, fits, start_value, run_end, run_extra };
                 bases.nests.insert((at.lp, at.header), n);
                 n
             }
         };
         let base = emit(fw, fouter, Op::StackReserve, vec![stack, nest.zero, nest.total, nest.zero])?;
         let first = emit(fw, fpre, Op::IBinary(IBinOp::Add), vec![base, nest.skipped])?;
-        less(fw, fpre, first, inner_start)
+        let nested = less(fw, fpre, first, inner_start)?;
+        let own =
+            emit(fw, fpre, Op::StackReserve, vec![stack, nest.start_value, nest.run_end, nest.run_extra])?;
+        emit(fw, fpre, Op::Select, vec![nest.fits, nested, own])
     }
 }
+
+/// The most records a nest reserves at once for one stack (`StaticTape::reserve_for_nest`):
+/// 8 MiB of them.
+const MAX_NEST_RECORDS: i64 = 1 << 20;
 
 /// A value id that `push_inst` never returns in place of a real one.
 fn tape_placeholder() -> mcir_ir::Value {

@@ -127,6 +127,18 @@ fn runtime_errors_point_at_the_failing_line() {
         } else if !rendered.contains(&format!("{file}:{line}:")) {
             failures.push(format!("{name}: expected the error at line {line}:\n{rendered}"));
         }
+        // `grad-error: same`: the gradient fails with the run's error, on both engines.
+        if header(&text, "grad-error").as_deref() == Some("same") {
+            let args = header(&text, "args").unwrap_or_else(|| "[]".into());
+            for extra in [&[][..], &["--interp"][..]] {
+                let mut words = vec!["grad", path.to_str().unwrap(), "--args", &args];
+                words.extend(extra);
+                let grad = mcc(&words);
+                if grad.code != out.code || grad.stderr != out.stderr {
+                    failures.push(format!("{name}: grad {extra:?} failed otherwise:\n{}", grad.stderr));
+                }
+            }
+        }
         snapshot_settings("runtime_errors").bind(|| insta::assert_snapshot!(name.clone(), rendered));
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
