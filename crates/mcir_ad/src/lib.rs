@@ -647,16 +647,14 @@ impl StaticTape<'_> {
         let start = |v: mcir_ir::Value| self.primal.const_int(v).filter(|c| (0..=1i64 << 32).contains(c));
         let (inner_start, outer_start) = (start(init)?, start(outer_init)?);
         let inner_bound_const = self.primal.const_int(bound);
-        if inner_bound_const.is_none() {
+        // Checked once per nest: its other stacks share the answer.
+        if inner_bound_const.is_none() && !bases.nests.contains_key(&(at.lp, at.header)) {
             let in_outer = |b: mcir_ir::Block| outer.region.get(b.index()).copied().unwrap_or(true);
             let before = match self.primal.values[bound].def {
                 mcir_ir::ValueDef::Param(b, _) => !in_outer(b),
-                mcir_ir::ValueDef::Inst(i) => self
-                    .primal
-                    .blocks
-                    .iter()
-                    .find(|(_, data)| data.insts.contains(&i))
-                    .is_some_and(|(b, _)| !in_outer(b)),
+                mcir_ir::ValueDef::Inst(i) => {
+                    !self.primal.blocks.iter().any(|(b, data)| in_outer(b) && data.insts.contains(&i))
+                }
             };
             if !before {
                 return None;

@@ -419,11 +419,14 @@ pub struct Proofs {
 impl Function {
     /// What the counted loops prove: indices in bounds, counter steps without overflow.
     pub fn proofs(&self) -> Proofs {
-        let cfg = ControlFlow::compute(self);
-        let facts = facts(self, &cfg);
-        let signs = non_negative(self, &cfg);
+        self.proofs_with(&ControlFlow::compute(self))
+    }
+
+    fn proofs_with(&self, cfg: &ControlFlow) -> Proofs {
+        let facts = facts(self, cfg);
+        let signs = non_negative(self, cfg);
         let mut out = Proofs::default();
-        let ranges = Ranges::compute(self, &cfg, &facts);
+        let ranges = Ranges::compute(self, cfg, &facts);
         for &b in &cfg.rpo {
             for &inst in &self.blocks[b].insts {
                 let d = &self.insts[inst];
@@ -502,8 +505,8 @@ impl Function {
     /// moved an access above the one that checked it would lose the check, which is why
     /// [`Function::trust_proven_indices`] does not use these.
     pub fn proofs_in_place(&self) -> Proofs {
-        let mut out = self.proofs();
         let cfg = ControlFlow::compute(self);
+        let mut out = self.proofs_with(&cfg);
         // Where each (array, dimension, index) and each (array, dimension) with a
         // constant index was seen first: a handful per key, as the first ones of a key
         // dominate most later ones.
