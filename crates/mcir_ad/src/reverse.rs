@@ -143,7 +143,12 @@ fn read_by_products(primal: &Function, active: &[bool]) -> std::collections::Has
                     out.extend([d.args[0], d.args[1]]);
                 }
                 Op::FBinary(FBinOp::Div) => {
-                    out.insert(d.args[1]);
+                    // A constant numerator's quotient stands in for the divisor.
+                    let constant_numerator =
+                        !is_active(d.args[0]) && exact_inverse_of_constant(primal, d.args[0]).is_some();
+                    if !constant_numerator {
+                        out.insert(d.args[1]);
+                    }
                     if is_active(d.args[1]) {
                         out.insert(r);
                     }
@@ -153,6 +158,18 @@ fn read_by_products(primal: &Function, active: &[bool]) -> std::collections::Has
         }
     }
     out
+}
+
+/// `1 / c` when `v` is a constant `c` whose inverse is exact (a power of two, `±1`
+/// among them), so that `c / y` gives `1 / y` back as a product.
+fn exact_inverse_of_constant(primal: &Function, v: Value) -> Option<f64> {
+    let Some(Op::FConst(c)) = primal.defining(v).map(|d| &d.op) else {
+        return None;
+    };
+    let c = *c;
+    let inverse = 1.0 / c;
+    let power_of_two = |x: f64| x.is_normal() && x.to_bits() & ((1u64 << 52) - 1) == 0;
+    (power_of_two(c) && power_of_two(inverse)).then_some(inverse)
 }
 
 /// The array types of which `primal` writes no element: not stored into, not written by
@@ -1796,6 +1813,20 @@ impl<'a> Reverse<'a> {
             }
             FBinOp::Div => {
                 if !ax && !ay {
+                    return Ok(());
+                }
+                if let (false, Some(inverse)) = (ax, exact_inverse_of_constant(self.primal, x)) {
+                    // `r = c / y`: `1 / y` is `r / c`, so the divisor's adjoint
+                    // `-g r / y` is `-g r r / c`, two products and no division.
+                    let fr = self.fwdv(self.result(inst)?)?;
+                    let u = self.e.mul(g, fr);
+                    let mut v = self.e.mul(u, fr);
+                    if inverse != 1.0 {
+                        let k = self.e.fconst(inverse);
+                        v = self.e.mul(v, k);
+                    }
+                    let n = self.e.neg(v);
+                    self.contribute(y, 0, n);
                     return Ok(());
                 }
                 let fy = self.fwdv(y)?;
