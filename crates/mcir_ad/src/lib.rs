@@ -287,7 +287,7 @@ fn derive_function(
     let counters = analysis::loop_counters(primal, &edges, &counted);
     let range_loops = counters.clone();
     let mut fw = forward::build_forward(module, rules, rule, primal, &edges, &counted, &counters, constant)?;
-    let (rev, slots, pushes, path_slot, counter_slots, replayed) = {
+    let (mut rev, slots, rev_stacks, pushes, path_slot, counter_slots, replayed) = {
         let mut rv = reverse::Reverse::new(
             rule,
             primal,
@@ -305,9 +305,10 @@ fn derive_function(
         let path = rv.path_slot();
         let slots: Vec<(Option<mcir_ir::Value>, TypeId, String, bool)> =
             rv.slots.iter().map(|s| (s.fwd, s.ty, s.name.clone(), s.direct)).collect();
+        let rev_stacks: Vec<mcir_ir::Value> = rv.slots.iter().map(|s| s.rev_stack).collect();
         let counter_slots = rv.counter_slots.clone();
         let replayed = std::mem::take(&mut rv.replayed);
-        (rv.e.func, slots, rv.pushes, path, counter_slots, replayed)
+        (rv.e.func, slots, rev_stacks, rv.pushes, path, counter_slots, replayed)
     };
     // The tape: create the stacks on entry to the forward pass, push what the reverse
     // pass pops at the end of each block, mark edges into joins and the return taken.
@@ -328,18 +329,66 @@ fn derive_function(
     }
     let static_tape = StaticTape::new(primal, &edges, &counted, range_loops);
     let mut bases = Reserved::default();
-    for (b, fv, slot) in pushes {
+    let records = shared_records(&rev, &slots, &rev_stacks, &pushes, &static_tape);
+    // Slots whose values another slot's record holds (they read that slot's stack).
+    let mut merged: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
+    let mut placed: std::collections::HashSet<usize> = std::collections::HashSet::new();
+    for &(b, fv, slot) in &pushes {
+        if placed.contains(&slot) {
+            continue;
+        }
         let fb = fw.block_map[b.index()];
         // In a range loop, a block run once per iteration (or the header, once more)
         // stores its record at the iteration's index in room reserved before the loop.
         if let Some(at) = static_tape.place(b) {
-            if let Some((offset, i)) = static_tape.index(&mut fw, &mut bases, at, slot, stacks[slot]) {
-                let args = vec![stacks[slot], offset, i, fv];
+            // The values one reverse block pops side by side, in the order they are
+            // pushed: one record of them all, on the stack of the first.
+            let lanes = records.iter().find(|r| r.contains(&slot)).cloned().unwrap_or_else(|| vec![slot]);
+            let first = lanes[0];
+            let width = lanes.len() as i64;
+            if let Some((offset, i)) = static_tape.index(&mut fw, &mut bases, at, first, stacks[first], width)
+            {
+                let mut args = vec![stacks[first], offset, i];
+                for &lane in &lanes {
+                    placed.insert(lane);
+                    let value = if lane == slot {
+                        fv
+                    } else {
+                        pushes.iter().find(|p| p.2 == lane).map_or(fv, |p| p.1)
+                    };
+                    args.push(value);
+                    if lane != first {
+                        merged.insert(lane, first);
+                        stacks[lane] = stacks[first];
+                    }
+                }
                 fw.e.func.push_inst(fb, mcir_ir::Op::StackPut, args, None, primal.span);
                 continue;
             }
         }
         fw.e.func.push_inst(fb, mcir_ir::Op::StackPush, vec![stacks[slot], fv], None, primal.span);
+    }
+    // The reverse pass pops a record's values from the stack of its first, named for
+    // what it now holds; the others' fields hold the same stack and are not read.
+    let firsts: std::collections::BTreeSet<usize> = merged.values().copied().collect();
+    for &first in &firsts {
+        let field = &mut module.types.struct_def_mut(rule.tape_sid).fields[first].0;
+        *field = format!("record_{first}");
+        fw.e.func.values[stacks[first]].name = Some("record_stack".to_string());
+        rev.values[rev_stacks[first]].name = Some("record_stack".to_string());
+    }
+    if !merged.is_empty() {
+        let to: std::collections::HashMap<mcir_ir::Value, mcir_ir::Value> =
+            merged.iter().map(|(&lane, &first)| (rev_stacks[lane], rev_stacks[first])).collect();
+        let insts: Vec<mcir_ir::Inst> = rev.insts.iter().map(|(i, _)| i).collect();
+        for i in insts {
+            let d = &mut rev.insts[i];
+            if d.op == mcir_ir::Op::StackPop {
+                if let Some(&s) = d.args.first().and_then(|a| to.get(a)) {
+                    d.args[0] = s;
+                }
+            }
+        }
     }
     // The tape is complete once the entry block has computed the values it holds directly.
     let tape =
@@ -413,7 +462,7 @@ fn derive_function(
     let unread: std::collections::HashSet<mcir_ir::Value> = slots
         .iter()
         .enumerate()
-        .filter(|(k, s)| !s.3 && !read.contains(&(*k as u32)))
+        .filter(|(k, s)| !s.3 && !read.contains(&(*k as u32)) && !merged.contains_key(k))
         .map(|(k, _)| stacks[k])
         .collect();
     let fwd_func = dce::remove_dead_code(&inert::drop_records(fw.e.func, &unread)).into_simplified_cfg();
@@ -498,6 +547,64 @@ fn record_origins(
 fn shorten_chains(f: Function, types: &mcir_ir::TypeTable) -> Function {
     let f = signs::sink_negations(chains::shorten_chains(f));
     mcir_ir::cse::eliminate_common_subexpressions(mcir_ir::hoist::hoist_in_derived(f, types), types)
+}
+
+/// The slots whose values one reverse block pops side by side, each group as it becomes
+/// one record per iteration: every slot pushed once, by one block of a range loop (a
+/// place of the static tape), and popped once, in one reverse block, with nothing else
+/// reading its stack; the slots of a group share the pushing block, the popping block
+/// and the type. Their values go in the order the forward pass pushes them (the reverse
+/// of the pops'), so that the record's last value is the first popped. One cursor then
+/// serves them all, in both passes, where each stack took its own.
+fn shared_records(
+    rev: &Function,
+    slots: &[(Option<mcir_ir::Value>, TypeId, String, bool)],
+    rev_stacks: &[mcir_ir::Value],
+    pushes: &[(mcir_ir::Block, mcir_ir::Value, usize)],
+    static_tape: &StaticTape,
+) -> Vec<Vec<usize>> {
+    use std::collections::{BTreeMap, HashMap, HashSet};
+    let slot_of_stack: HashMap<mcir_ir::Value, usize> =
+        rev_stacks.iter().enumerate().filter(|(k, _)| !slots[*k].3).map(|(k, &v)| (v, k)).collect();
+    let mut pops: HashMap<usize, Vec<(mcir_ir::Block, usize)>> = HashMap::new();
+    let mut other: HashSet<usize> = HashSet::new();
+    for (b, data) in rev.blocks.iter() {
+        for (pos, &i) in data.insts.iter().enumerate() {
+            let d = &rev.insts[i];
+            for (k, a) in d.args.iter().enumerate() {
+                if let Some(&slot) = slot_of_stack.get(a) {
+                    if d.op == mcir_ir::Op::StackPop && k == 0 {
+                        pops.entry(slot).or_default().push((b, pos));
+                    } else {
+                        other.insert(slot);
+                    }
+                }
+            }
+        }
+        other.extend(data.term.uses().into_iter().filter_map(|v| slot_of_stack.get(&v).copied()));
+    }
+    let mut pushed: HashMap<usize, Vec<mcir_ir::Block>> = HashMap::new();
+    for &(b, _, slot) in pushes {
+        pushed.entry(slot).or_default().push(b);
+    }
+    let mut groups: BTreeMap<(usize, usize, usize), Vec<(usize, usize)>> = BTreeMap::new();
+    for (slot, sites) in pops {
+        let (Some(&[b]), [(rb, pos)]) = (pushed.get(&slot).map(|v| v.as_slice()), sites.as_slice()) else {
+            continue;
+        };
+        if other.contains(&slot) || static_tape.place(b).is_none() {
+            continue;
+        }
+        groups.entry((b.index(), rb.index(), slots[slot].1.index())).or_default().push((*pos, slot));
+    }
+    groups
+        .into_values()
+        .filter(|g| g.len() > 1)
+        .map(|mut g| {
+            g.sort_unstable();
+            g.into_iter().rev().map(|(_, slot)| slot).collect()
+        })
+        .collect()
 }
 
 /// Where the forward pass may store a block's tape records by index instead of pushing
@@ -585,6 +692,7 @@ impl<'a> StaticTape<'a> {
         at: Place,
         slot: usize,
         stack: mcir_ir::Value,
+        width: i64,
     ) -> Option<(mcir_ir::Value, mcir_ir::Value)> {
         use mcir_ir::Op;
         let l = &self.loops[at.lp];
@@ -597,7 +705,7 @@ impl<'a> StaticTape<'a> {
         let c = self.counted.get(l.header.index()).copied().flatten()?;
         let pre = self.edges.get(l.header.index())?.get(c.entry_edge)?.from;
         let fpre = *fw.block_map.get(pre.index())?;
-        if let Some(o) = self.reserve_for_nest(fw, bases, at, stack, pre, init, bound) {
+        if let Some(o) = self.reserve_for_nest(fw, bases, at, stack, pre, init, bound, width) {
             bases.offsets.insert((at.lp, slot), o);
             return Some((o, fi));
         }
@@ -607,7 +715,11 @@ impl<'a> StaticTape<'a> {
         // Room for max(bound - init, 0) iterations, and the header's one more run; the
         // offset `base - init` makes iteration i's index `offset + i`.
         let extra = f.push_inst(fpre, Op::IConst(i64::from(at.header)), vec![], i64t, span)?;
-        let o = f.push_inst(fpre, Op::StackReserve, vec![stack, finit, fbound, extra], i64t, span)?;
+        let mut args = vec![stack, finit, fbound, extra];
+        if width > 1 {
+            args.push(f.push_inst(fpre, Op::IConst(width), vec![], i64t, span)?);
+        }
+        let o = f.push_inst(fpre, Op::StackReserve, args, i64t, span)?;
         bases.offsets.insert((at.lp, slot), o);
         Some((o, fi))
     }
@@ -636,6 +748,7 @@ impl StaticTape<'_> {
         pre: mcir_ir::Block,
         init: mcir_ir::Value,
         bound: mcir_ir::Value,
+        width: i64,
     ) -> Option<mcir_ir::Value> {
         use mcir_ir::{IBinOp, Op};
         let around = self.place(pre)?;
@@ -727,11 +840,21 @@ impl StaticTape<'_> {
                 n
             }
         };
-        let base = emit(fw, fouter, Op::StackReserve, vec![stack, nest.zero, nest.total, nest.zero])?;
-        let first = emit(fw, fpre, Op::IBinary(IBinOp::Add), vec![base, nest.skipped])?;
-        let nested = less(fw, fpre, first, inner_start)?;
-        let own =
-            emit(fw, fpre, Op::StackReserve, vec![stack, nest.start_value, nest.run_end, nest.run_extra])?;
+        // Records of `width` values: every count above is in records.
+        let mut all = vec![stack, nest.zero, nest.total, nest.zero];
+        let mut own = vec![stack, nest.start_value, nest.run_end, nest.run_extra];
+        let mut skipped = nest.skipped;
+        if width > 1 {
+            let w = emit(fw, fouter, Op::IConst(width), vec![])?;
+            all.push(w);
+            own.push(w);
+            // At most `MAX_NEST_RECORDS` records: no overflow.
+            skipped = emit(fw, fpre, Op::IBinary(IBinOp::Mul), vec![skipped, w])?;
+        }
+        let base = emit(fw, fouter, Op::StackReserve, all)?;
+        let first = emit(fw, fpre, Op::IBinary(IBinOp::Add), vec![base, skipped])?;
+        let nested = less(fw, fpre, first, inner_start.checked_mul(width)?)?;
+        let own = emit(fw, fpre, Op::StackReserve, own)?;
         emit(fw, fpre, Op::Select, vec![nest.fits, nested, own])
     }
 }

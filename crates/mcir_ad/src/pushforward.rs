@@ -790,7 +790,9 @@ impl Builder<'_> {
             Op::StackReserve => {
                 if has_tangent(types, self.primal.value_type(pa[0])) {
                     let cell = self.ds(lane, pa[0])?;
-                    let base = self.e.val(Op::StackReserve, vec![cell, a[1], a[2], a[3]], TypeTable::I64);
+                    let mut args = vec![cell];
+                    args.extend_from_slice(&a[1..]);
+                    let base = self.e.val(Op::StackReserve, args, TypeTable::I64);
                     if let Some(r) = r {
                         self.reserved.insert((r, lane), base);
                     }
@@ -801,10 +803,14 @@ impl Builder<'_> {
                 let ct = self.primal.value_type(pa[3]);
                 if has_tangent(types, ct) {
                     let cell = self.ds(lane, pa[0])?;
-                    let tan = self.t(lane, pa[3]);
-                    let tv = self.tangent_value(types, ct, &tan);
                     let base = self.reserved.get(&(a[1], lane)).copied().unwrap_or(a[1]);
-                    self.e.eff(Op::StackPut, vec![cell, base, a[2], tv]);
+                    let mut args = vec![cell, base, a[2]];
+                    // A record's tangent is the record of its values' tangents.
+                    for &v in &pa[3..] {
+                        let tan = self.t(lane, v);
+                        args.push(self.tangent_value(types, ct, &tan));
+                    }
+                    self.e.eff(Op::StackPut, args);
                 }
                 None
             }

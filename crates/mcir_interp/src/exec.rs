@@ -648,7 +648,11 @@ impl<'m> Interpreter<'m> {
             Op::StackReserve => match arg(a, 0)? {
                 Val::Stack(s) => {
                     let (lo, hi, extra) = (i(a, 1)? as i128, i(a, 2)? as i128, i(a, 3)? as i128);
-                    let wanted = (hi - lo).max(0) + extra.max(0);
+                    let width = if a.len() > 4 { i(a, 4)? } else { 1 };
+                    if width < 1 {
+                        return Err(internal("stack.reserve of a width below one"));
+                    }
+                    let wanted = ((hi - lo).max(0) + extra.max(0)).saturating_mul(width as i128);
                     let bytes = u64::try_from(wanted.saturating_mul(8)).unwrap_or(u64::MAX);
                     self.charge(bytes)?;
                     let n = usize::try_from(wanted).map_err(|_| Kind::OutOfMemory { bytes })?;
@@ -656,16 +660,22 @@ impl<'m> Interpreter<'m> {
                     let base = s.len();
                     s.try_reserve(n).map_err(|_| Kind::OutOfMemory { bytes })?;
                     s.resize(base + n, Val::Unit);
-                    Val::I64((base as i64).wrapping_sub(lo as i64))
+                    Val::I64((base as i64).wrapping_sub((lo as i64).wrapping_mul(width)))
                 }
                 _ => return Err(internal("stack.reserve of a non-stack")),
             },
             Op::StackPut => match arg(a, 0)? {
                 Val::Stack(s) => {
-                    let k = i(a, 1)?.wrapping_add(i(a, 2)?);
+                    // A record of `width` values at `offset + width · i + k`.
+                    let width = a.len().saturating_sub(3).max(1);
+                    let first = i(a, 1)?.wrapping_add(i(a, 2)?.wrapping_mul(width as i64));
                     let mut s = s.borrow_mut();
-                    let slot = usize::try_from(k).ok().and_then(|k| s.get_mut(k));
-                    *slot.ok_or_else(|| internal("stack.put past the end of a stack"))? = arg(a, 3)?.clone();
+                    for k in 0..width {
+                        let at = first.wrapping_add(k as i64);
+                        let slot = usize::try_from(at).ok().and_then(|at| s.get_mut(at));
+                        *slot.ok_or_else(|| internal("stack.put past the end of a stack"))? =
+                            arg(a, 3 + k)?.clone();
+                    }
                     Val::Unit
                 }
                 _ => return Err(internal("stack.put to a non-stack")),

@@ -271,14 +271,17 @@ pub enum Op {
     StackPop,
     /// `stack.peek`: the last value pushed, left on the stack; an empty stack is an error.
     StackPeek,
-    /// `stack.reserve`: `(stack, lo, hi, extra)` appends room for `max(hi - lo, 0) + extra`
-    /// values, to be filled by `stack.put`, and yields `base - lo`, `base` being the index
-    /// of the first (arithmetic modulo 2⁶⁴, so that no bound overflows). The forward pass
-    /// of a range loop `for i in lo..hi` reserves its iterations' records once instead of
-    /// pushing in each.
+    /// `stack.reserve`: `(stack, lo, hi, extra[, width])` appends room for
+    /// `width · (max(hi - lo, 0) + extra)` values, to be filled by `stack.put`, and yields
+    /// `base - width · lo`, `base` being the index of the first (arithmetic modulo 2⁶⁴,
+    /// so that no bound overflows). `width`, a positive constant, is 1 when absent. The
+    /// forward pass of a range loop `for i in lo..hi` reserves its iterations' records
+    /// once instead of pushing in each; a record of `width` values per iteration keeps
+    /// them side by side, behind one cursor.
     StackReserve,
-    /// `stack.put`: `(stack, offset, i, value)` stores a value at index `offset + i`
-    /// (modulo 2⁶⁴) in reserved room; an index past the stack's end is an error.
+    /// `stack.put`: `(stack, offset, i, v₀, …, v_{w-1})` stores the record of `w ≥ 1`
+    /// values at indices `offset + w · i + k` (modulo 2⁶⁴) in room reserved with width
+    /// `w`; an index past the stack's end is an error.
     StackPut,
 
     /// `arena.mark`: a position in the memory of the current call, for `arena.release`.

@@ -12,7 +12,8 @@
 //!    Unreachable blocks are not allowed (passes remove them).
 //! 4. **Types.** Each op gets operands of the count and types it takes and produces a
 //!    result exactly when it has one, of the type it yields (see `check_op`); elementwise
-//!    ops only name ops that have an elementwise form; arrays have rank 1 to 3.
+//!    ops only name ops that have an elementwise form; arrays have rank 1 to 3; a
+//!    `stack.reserve`'s width is a positive constant.
 //! 5. **Control flow.** A branch condition is a `bool`; every jump passes one argument of
 //!    the right type per parameter of its target; `ret` matches the declared return type.
 //! 6. **Calls.** The callee exists; arguments and result fit its signature.
@@ -586,9 +587,19 @@ impl Verifier<'_> {
                     _ => return Err("takes a stack first".into()),
                 };
                 if matches!(d.op, Op::StackReserve) {
+                    if let Some(&width) = d.args.get(4) {
+                        if self.func.const_int(width).is_none_or(|w| w < 1) {
+                            return Err("takes a positive constant width".into());
+                        }
+                        return want(&[args[0], i64_, i64_, i64_, i64_], Some(i64_));
+                    }
                     want(&[args[0], i64_, i64_, i64_], Some(i64_))
                 } else {
-                    want(&[args[0], i64_, i64_, inner], None)
+                    // One or more values: a record of that width.
+                    let width = args.len().saturating_sub(3).max(1);
+                    let mut expected = vec![args[0], i64_, i64_];
+                    expected.extend(std::iter::repeat_n(inner, width));
+                    want(&expected, None)
                 }
             }
             Op::StackPush | Op::StackPop | Op::StackPeek => {

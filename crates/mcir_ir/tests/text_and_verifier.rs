@@ -127,6 +127,35 @@ fn malformed_ir_is_rejected() {
     rejects("%39: i64[,] = map.imul %38, %38", "%39: i64[,] = map.idiv %38, %38", "no elementwise form");
 }
 
+/// A record of three values per counter value: the reservation's width, the put's values.
+const RECORDS: &str = "\
+fn @f(%n_0: i64, %x_1: f64) -> f64 {
+bb0:
+    %2: stack<f64> = stack.new
+    %3: i64 = iconst 0
+    %4: i64 = iconst 3
+    %5: i64 = stack.reserve %2, %3, %n_0, %3, %4
+    stack.put %2, %5, %3, %x_1, %x_1, %x_1
+    %6: f64 = stack.pop %2
+    ret %6
+}
+";
+
+#[test]
+fn records_take_a_constant_width_and_values_of_the_stack_type() {
+    let m = parse_module(RECORDS).unwrap();
+    verify_module(&m).unwrap();
+    assert_eq!(print_module(&m), RECORDS);
+    let bad = |from: &str, to: &str, want: &str| {
+        let text = RECORDS.replacen(from, to, 1);
+        let err = verify_module(&parse_module(&text).unwrap()).unwrap_err().to_string();
+        assert!(err.contains(want), "expected {want:?} in: {err}");
+    };
+    bad("%3, %n_0, %3, %4", "%3, %n_0, %3, %n_0", "positive constant width");
+    bad("%4: i64 = iconst 3", "%4: i64 = iconst 0", "positive constant width");
+    bad("%x_1, %x_1, %x_1", "%x_1, %n_0, %x_1", "takes (stack<f64>, i64, i64, f64, f64, f64)");
+}
+
 #[test]
 fn unreachable_blocks_and_entry_targets_are_rejected() {
     let unreachable = "fn @f() {\nbb0:\n    ret\nbb1:\n    ret\n}\n";

@@ -1039,6 +1039,93 @@ bb2:
         );
     }
 
+    /// A loop storing records of three values (`stack.reserve` with a width, one
+    /// `stack.put` per record) and a loop popping them back, last value first, into a
+    /// sum that depends on their order; and more pops than values, an error.
+    const RECORDS: &str = "fn @records(%n_0: i64, %start_1: i64) -> f64 {
+bb0:
+    %2: stack<f64> = stack.new
+    %3: i64 = iconst 0
+    %4: i64 = iconst 3
+    %5: i64 = stack.reserve %2, %start_1, %n_0, %3, %4
+    jump bb1(%start_1)
+bb1(%i_6: i64):
+    %7: bool = icmp lt %i_6, %n_0
+    br %7, bb2, bb3
+bb2:
+    %8: f64 = itof %i_6
+    %9: f64 = fconst 2.0
+    %10: f64 = fmul %8, %9
+    %11: f64 = fconst 0.5
+    %12: f64 = fadd %8, %11
+    stack.put %2, %5, %i_6, %8, %10, %12
+    %13: i64 = iconst 1
+    %14: i64 = iadd %i_6, %13
+    jump bb1(%14)
+bb3:
+    %15: f64 = fconst 0.0
+    jump bb4(%n_0, %15)
+bb4(%k_16: i64, %acc_17: f64):
+    %18: bool = icmp gt %k_16, %start_1
+    br %18, bb5, bb6
+bb5:
+    %19: f64 = stack.pop %2
+    %20: f64 = stack.pop %2
+    %21: f64 = stack.pop %2
+    %22: f64 = fconst 0.25
+    %23: f64 = fmul %acc_17, %22
+    %24: f64 = fconst 100.0
+    %25: f64 = fmul %19, %24
+    %26: f64 = fconst 10.0
+    %27: f64 = fmul %20, %26
+    %28: f64 = fadd %23, %25
+    %29: f64 = fadd %28, %27
+    %30: f64 = fadd %29, %21
+    %31: i64 = iconst 1
+    %32: i64 = isub %k_16, %31
+    jump bb4(%32, %30)
+bb6:
+    %33: f64 = stack.pop %2
+    ret %acc_17
+}
+";
+
+    #[test]
+    fn records_of_several_values_come_back_in_order_on_both_engines() {
+        use mcir_interp::{Interpreter, Limits, Val};
+        let m = mcir_ir::parse_module(RECORDS).expect("parses");
+        mcir_ir::verify_module(&m).expect("verifies");
+        let f: FuncId = m.func_by_name("records").expect("records");
+        let jit = super::Jit::compile(&m).expect("compiles");
+        for (n, start) in [(5, 0), (3, -2), (0, 0)] {
+            let args = [Val::I64(n), Val::I64(start)];
+            let native = jit.call(f, &args, &Limits::default());
+            let interp = Interpreter::new(&m, Limits::default()).call(f, args.to_vec());
+            // The final pop finds the stack empty: both engines fail the same way.
+            let (native, interp) =
+                (native.expect_err("pops past the end"), interp.expect_err("pops past the end"));
+            assert_eq!(native.kind, interp.kind, "n = {n}");
+        }
+        // Without the extra pop, the order-dependent sum.
+        let text = RECORDS.replace("    %33: f64 = stack.pop %2\n", "");
+        let m = mcir_ir::parse_module(&text).expect("parses");
+        let jit = super::Jit::compile(&m).expect("compiles");
+        for (n, start) in [(5i64, 0i64), (3, -2), (0, 0), (1, 0)] {
+            let args = [Val::I64(n), Val::I64(start)];
+            let native = jit.call(f, &args, &Limits::default()).expect("runs");
+            let interp = Interpreter::new(&m, Limits::default()).call(f, args.to_vec()).expect("runs");
+            let mut want = 0.0;
+            for i in (start..n).rev() {
+                let a = i as f64;
+                want = want * 0.25 + (a + 0.5) * 100.0 + (a * 2.0) * 10.0 + a;
+            }
+            for got in [native, interp] {
+                let Some(Val::F64(got)) = got else { panic!("not an f64") };
+                assert_eq!(got, want, "n = {n}, start = {start}");
+            }
+        }
+    }
+
     #[test]
     fn a_function_whose_array_operations_loop_over_elements_is_optimised() {
         // `sum(exp(x))` has no loop in the IR, but native code runs one over x.

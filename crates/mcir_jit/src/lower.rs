@@ -55,7 +55,7 @@ rtfns! {
     "mc_zeros_like" => mc_zeros_like as extern "C" fn(_, _, _) -> _, [P, P, P] -> Some(P);
     "mc_poll" => mc_poll as extern "C" fn(_, _), [P, P] -> None;
     "mc_arena_release" => mc_arena_release as extern "C" fn(_, _), [P, P] -> None;
-    "mc_stack_reserve" => mc_stack_reserve as extern "C" fn(_, _, _, _, _, _) -> _, [P, P, P, P, P, P] -> Some(P);
+    "mc_stack_reserve" => mc_stack_reserve as extern "C" fn(_, _, _, _, _, _, _) -> _, [P, P, P, P, P, P, P] -> Some(P);
     "mc_same_shape" => mc_same_shape as extern "C" fn(_, _, _, _), [P, P, P, P] -> None;
     "mc_array_like" => mc_array_like as extern "C" fn(_, _, _) -> _, [P, P, P] -> Some(P);
     "mc_sum_f64" => mc_sum_f64 as extern "C" fn(_, _, _) -> _, [P, P, P] -> Some(F);
@@ -235,7 +235,7 @@ struct FnLower<'a, 'b> {
     cursors: HashMap<Value, (CValue, CValue)>,
     /// Stacks made with room for exactly what their sole reservation will ask (see
     /// `sized_stacks`): the stack, and that reservation's end operand, start and extra.
-    sized_stacks: HashMap<Value, (Value, i64, i64)>,
+    sized_stacks: HashMap<Value, (Value, i64, i64, i64)>,
     /// The stacks this function only pops (`popped_only`), and, once read, each one's
     /// data pointer and its length in a variable: a pop then reads no length that the
     /// one before it has just stored, so pops in a loop do not wait on each other
@@ -244,6 +244,11 @@ struct FnLower<'a, 'b> {
     /// reverse pass consumes its tape), so no one reads the length in memory again.
     popped_only: HashSet<Value>,
     pop_cursors: HashMap<Value, (CValue, Variable)>,
+    /// Pops of `popped_only` stacks that begin a run of pops of one stack in a block,
+    /// with the run's length: the first checks that the stack holds them all, and the
+    /// others (`unchecked_pops`) check nothing.
+    pop_runs: HashMap<mcir_ir::Inst, i64>,
+    unchecked_pops: HashSet<mcir_ir::Inst>,
     /// `sin x` and `cos x` of one operand in one block: each instruction's partner's
     /// result. The first of a pair to be lowered computes both with one `sincos` call.
     sincos_partner: HashMap<mcir_ir::Inst, Value>,
@@ -444,7 +449,7 @@ const MAX_SIZED_ROOM: i64 = 4096;
 /// from constant start and extra counts: made with room for what the reservation asks,
 /// not [`STACK_FIRST`] values. A recursion's inner node then takes memory for the few
 /// records its loop keeps, not for sixteen on each of its stacks.
-fn sized_stacks(f: &Function) -> HashMap<Value, (Value, i64, i64)> {
+fn sized_stacks(f: &Function) -> HashMap<Value, (Value, i64, i64, i64)> {
     let sole = sole_reservations(f);
     let mut out = HashMap::new();
     for (_, data) in f.blocks.iter() {
@@ -456,13 +461,15 @@ fn sized_stacks(f: &Function) -> HashMap<Value, (Value, i64, i64)> {
             .collect();
         for &i in &data.insts {
             let d = &f.insts[i];
-            let (Op::StackReserve, Some(r), [st, lo, hi, extra]) = (&d.op, d.result, &d.args[..]) else {
+            let (Op::StackReserve, Some(r), [st, lo, hi, extra, rest @ ..]) = (&d.op, d.result, &d.args[..])
+            else {
                 continue;
             };
-            if let (true, true, Some(lo), Some(extra)) =
-                (sole.contains(&r), made.contains(st), f.const_int(*lo), f.const_int(*extra))
+            let width = rest.first().map_or(Some(1), |&w| f.const_int(w));
+            if let (true, true, Some(lo), Some(extra), Some(width)) =
+                (sole.contains(&r), made.contains(st), f.const_int(*lo), f.const_int(*extra), width)
             {
-                out.insert(*st, (*hi, lo, extra));
+                out.insert(*st, (*hi, lo, extra, width));
             }
         }
     }
@@ -500,6 +507,42 @@ fn popped_only(f: &Function) -> HashSet<Value> {
         .flat_map(|(_, vs)| vs)
         .filter(|v| popped.contains(v) && !other_uses.contains(v))
         .collect()
+}
+
+/// The runs of pops in `f`'s blocks (see `Lowering::pop_runs`): pops of one stack of
+/// `popped` (whose length only pops change) that follow each other in a block with
+/// nothing else using that stack between them. A record of several values is popped so.
+fn pop_runs(f: &Function, popped: &HashSet<Value>) -> (HashMap<mcir_ir::Inst, i64>, HashSet<mcir_ir::Inst>) {
+    let mut runs = HashMap::new();
+    let mut rest = HashSet::new();
+    for (_, data) in f.blocks.iter() {
+        // Per stack: the run being built (its first pop and length).
+        let mut open: HashMap<Value, (mcir_ir::Inst, i64)> = HashMap::new();
+        for &i in &data.insts {
+            let d = &f.insts[i];
+            for (k, a) in d.args.iter().enumerate() {
+                if !popped.contains(a) {
+                    continue;
+                }
+                if d.op == Op::StackPop && k == 0 {
+                    match open.get_mut(a) {
+                        Some((_, n)) => {
+                            *n += 1;
+                            rest.insert(i);
+                        }
+                        None => {
+                            open.insert(*a, (i, 1));
+                        }
+                    }
+                } else if let Some((first, n)) = open.remove(a) {
+                    runs.insert(first, n);
+                }
+            }
+        }
+        runs.extend(open.into_values());
+    }
+    runs.retain(|_, n| *n > 1);
+    (runs, rest)
 }
 
 /// A parameter of loop header `h` that every back edge moves by exactly one (`p + 1`,
@@ -568,6 +611,8 @@ impl<'a> Lowering<'a> {
             .filter_map(|i| f.insts[i].result.map(|r| (r, i)))
             .collect();
         let register_tuples = register_tuples(f, self.in_registers, returns_fields);
+        let popped_only = popped_only(f);
+        let (pop_runs, unchecked_pops) = pop_runs(f, &popped_only);
         // A stack `unset` is stored (see `Op::Unset`); other unset fields are not.
         let unset = f
             .insts
@@ -602,8 +647,10 @@ impl<'a> Lowering<'a> {
             sole_reservations: sole_reservations(f),
             sized_stacks: sized_stacks(f),
             cursors: HashMap::new(),
-            popped_only: popped_only(f),
+            popped_only,
             pop_cursors: HashMap::new(),
+            pop_runs,
+            unchecked_pops,
             sincos_partner: sincos_pairs(f),
             sincos_slot: None,
             map_partner: HashMap::new(),
@@ -1514,7 +1561,7 @@ impl FnLower<'_, '_> {
     /// How many values a stack `stack.new` makes as `result` has room for, when it is
     /// sized for its reservation (`sized_stacks`) and the reservation's end is known here.
     fn sized_room(&mut self, result: Option<Value>) -> Option<CValue> {
-        let &(hi, lo, extra) = self.sized_stacks.get(&result?)?;
+        let &(hi, lo, extra, width) = self.sized_stacks.get(&result?)?;
         let hi = match self.f.const_int(hi) {
             Some(c) => self.b.ins().iconst(P, c),
             None => self.vals.get(hi.index()).copied().flatten()?,
@@ -1524,8 +1571,13 @@ impl FnLower<'_, '_> {
         let diff = self.b.ins().isub(hi, lo);
         let zero = self.zero();
         let runs = self.b.ins().select(some, diff, zero);
-        let room = self.b.ins().iadd_imm_s(runs, extra.saturating_add(1));
-        let small = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThanOrEqual, room, MAX_SIZED_ROOM);
+        // `width · (runs + extra) + 1`, used only when `runs` is small (else it may wrap).
+        let records = self.b.ins().iadd_imm_s(runs, extra);
+        let values = self.b.ins().imul_imm_s(records, width);
+        let room = self.b.ins().iadd_imm_s(values, 1);
+        let few = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThanOrEqual, runs, MAX_SIZED_ROOM);
+        let fits = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThanOrEqual, room, MAX_SIZED_ROOM);
+        let small = self.b.ins().band(few, fits);
         let first = self.b.ins().iconst(P, STACK_FIRST);
         Some(self.b.ins().select(small, room, first))
     }
@@ -2489,17 +2541,23 @@ impl FnLower<'_, '_> {
                 // Counts are unsigned differences: `hi - lo` cannot overflow.
                 let site = fallible_site(self);
                 let (st, lo, hi, extra) = (args[0], args[1], args[2], args[3]);
+                // The verifier makes a width a positive constant.
+                let width = d.args.get(4).map_or(Some(1), |&w| self.f.const_int(w)).filter(|&w| w >= 1);
+                let width = width.ok_or("stack.reserve of a width that is not a positive constant")?;
                 let some = self.b.ins().icmp(IntCC::SignedGreaterThan, hi, lo);
                 let diff = self.b.ins().isub(hi, lo);
                 let z = self.zero();
                 let runs = self.b.ins().select(some, diff, z);
-                let wanted = self.b.ins().iadd(runs, extra);
+                let records = self.b.ins().iadd(runs, extra);
                 let len = self.b.ins().load(P, flags(), st, stack::LEN);
                 let cap = self.b.ins().load(P, flags(), st, stack::CAP);
                 let room = self.b.ins().isub(cap, len);
                 let runs_fit = self.b.ins().icmp(IntCC::UnsignedLessThan, runs, room);
-                let all_fit = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, wanted, room);
+                // `width · records ≤ room` without the product's overflow.
+                let room_records = if width == 1 { room } else { self.b.ins().udiv_imm_u(room, width) };
+                let all_fit = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, records, room_records);
                 let fits = self.b.ins().band(runs_fit, all_fit);
+                let wanted = if width == 1 { records } else { self.b.ins().imul_imm_s(records, width) };
                 let fast = self.b.create_block();
                 let slow = self.b.create_block();
                 let done = self.b.create_block();
@@ -2512,8 +2570,9 @@ impl FnLower<'_, '_> {
                 self.b.switch_to_block(slow);
                 self.b.set_cold_block(slow);
                 let s = self.b.ins().iconst(P, site);
+                let w = self.b.ins().iconst(P, width);
                 let r = self
-                    .rt_call_checked("mc_stack_reserve", &[self.ctx, s, st, lo, hi, extra])
+                    .rt_call_checked("mc_stack_reserve", &[self.ctx, s, st, lo, hi, extra, w])
                     .unwrap_or(len);
                 self.b.ins().jump(done, &[r.into()]);
                 self.b.switch_to_block(done);
@@ -2524,6 +2583,7 @@ impl FnLower<'_, '_> {
                     let end = self.b.ins().iadd(base, wanted);
                     self.cursors.insert(r, (data, end));
                 }
+                let lo = if width == 1 { lo } else { self.b.ins().imul_imm_s(lo, width) };
                 Some(self.b.ins().isub(base, lo))
             }
             Op::StackPut => {
@@ -2534,9 +2594,20 @@ impl FnLower<'_, '_> {
                     Some((_, end)) => end,
                     None => self.b.ins().load(P, flags(), st, stack::LEN),
                 };
-                // Reserved room only: an index past the end is an internal error.
-                let index = self.b.ins().iadd(args[1], args[2]);
+                // A record of `width` values at `offset + width · i + k`, in reserved room
+                // only: an index past the end is an internal error.
+                let width = args.len().saturating_sub(3).max(1) as i64;
+                let scaled = if width == 1 { args[2] } else { self.b.ins().imul_imm_s(args[2], width) };
+                let index = self.b.ins().iadd(args[1], scaled);
                 let past = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, index, len);
+                let past = if width == 1 {
+                    past
+                } else {
+                    // `index < len` makes `len - index` the room left, which must hold them all.
+                    let left = self.b.ins().isub(len, index);
+                    let short = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThan, left, width);
+                    self.b.ins().bor(past, short)
+                };
                 let z = self.zero();
                 self.check(past, site, FAIL_STACK_PUT, [z, z, z]);
                 let data = match cursor {
@@ -2545,11 +2616,14 @@ impl FnLower<'_, '_> {
                 };
                 let off = self.b.ins().ishl_imm_u(index, 3);
                 let addr = self.b.ins().iadd(data, off);
-                let v = match machine_type(arg_ty(3)) {
-                    types::I8 => self.b.ins().uextend(P, args[3]),
-                    _ => args[3],
-                };
-                self.b.ins().store(flags(), v, addr, 0);
+                let lane_type = machine_type(arg_ty(3));
+                for (k, &value) in args[3..].iter().enumerate() {
+                    let v = match lane_type {
+                        types::I8 => self.b.ins().uextend(P, value),
+                        _ => value,
+                    };
+                    self.b.ins().store(flags(), v, addr, 8 * k as i32);
+                }
                 None
             }
             Op::StackPop | Op::StackPeek => {
@@ -2560,9 +2634,13 @@ impl FnLower<'_, '_> {
                     Some((_, var)) => self.b.use_var(var),
                     None => self.b.ins().load(P, flags(), st, stack::LEN),
                 };
-                let empty = self.b.ins().icmp_imm_s(IntCC::Equal, len, 0);
-                let z = self.zero();
-                self.check(empty, site, FAIL_EMPTY_STACK, [z, z, z]);
+                if !self.unchecked_pops.contains(&inst) {
+                    // Room for the whole run (`pop_runs`) or this one value.
+                    let run = self.pop_runs.get(&inst).copied().unwrap_or(1);
+                    let short = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThan, len, run);
+                    let z = self.zero();
+                    self.check(short, site, FAIL_EMPTY_STACK, [z, z, z]);
+                }
                 let down = self.b.ins().iadd_imm_s(len, -1);
                 if matches!(d.op, Op::StackPop) {
                     match cursor {

@@ -723,8 +723,8 @@ pub(crate) extern "C" fn mc_stack_grow(ctx: *mut Ctx, site: i64, s: *mut u8) {
     })
 }
 
-/// Appends room for `max(hi - lo, 0) + extra` values to stack `s`, growing it once, and
-/// returns the index of the first.
+/// Appends room for `width · (max(hi - lo, 0) + extra)` values to stack `s`, growing it
+/// once, and returns the index of the first.
 pub(crate) extern "C" fn mc_stack_reserve(
     ctx: *mut Ctx,
     site: i64,
@@ -732,12 +732,17 @@ pub(crate) extern "C" fn mc_stack_reserve(
     lo: i64,
     hi: i64,
     extra: i64,
+    width: i64,
 ) -> i64 {
     guard(ctx, site, || {
         if s.is_null() {
             return Err(Kind::Internal("a null stack".into()));
         }
-        let wanted = (hi as i128 - lo as i128).max(0) + (extra as i128).max(0);
+        if width < 1 {
+            return Err(Kind::Internal("a stack reservation of a width below one".into()));
+        }
+        let records = (hi as i128 - lo as i128).max(0) + (extra as i128).max(0);
+        let wanted = records.saturating_mul(width as i128);
         let bytes = u64::try_from(wanted.saturating_mul(8)).unwrap_or(u64::MAX);
         let n = usize::try_from(wanted).map_err(|_| Kind::OutOfMemory { bytes })?;
         // SAFETY: `s` is a 24-byte stack header the runtime allocated.
