@@ -60,6 +60,7 @@ pub(crate) fn activity(types: &TypeTable, f: &Function, keep_zero_ops: bool) -> 
                     Op::FBinary(_)
                     | Op::FUnary(_)
                     | Op::FPowI
+                    | Op::Linearized
                     | Op::Select
                     | Op::TupleNew
                     | Op::TupleGet(_)
@@ -418,6 +419,7 @@ pub(crate) fn varied_values(
                     Op::FBinary(_)
                     | Op::FUnary(_)
                     | Op::FPowI
+                    | Op::Linearized
                     | Op::Select
                     | Op::TupleNew
                     | Op::TupleGet(_)

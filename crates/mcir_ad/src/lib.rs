@@ -29,6 +29,7 @@ mod forward;
 mod inert;
 mod invariant;
 mod jacobian;
+mod linearize;
 pub mod pushforward;
 mod record;
 mod reverse;
@@ -272,7 +273,7 @@ fn derive_function(
     options: &Options,
     constant: &[bool],
 ) -> Result<(Function, Function), AdError> {
-    let counted_primal = analysis::count_loop_trips(primal);
+    let counted_primal = linearize::linearize_branches(&analysis::count_loop_trips(primal));
     let primal = &counted_primal;
     let edges = analysis::in_edges(primal);
     let keep_zero_ops = options.corrupt.is_some();
@@ -282,6 +283,7 @@ fn derive_function(
     for (a, v) in active.iter_mut().zip(&varied) {
         *a &= *v;
     }
+    linearize::clear_linearized_arms(primal, &mut active);
     let live = analysis::live_out(primal);
     let counted = analysis::counted_headers(primal, &edges);
     let counters = analysis::loop_counters(primal, &edges, &counted);
@@ -302,6 +304,7 @@ fn derive_function(
         );
         rv.counted = counted.clone();
         rv.build_all(&edges)?;
+        rv.drop_pointless_paths();
         let path = rv.path_slot();
         let slots: Vec<(Option<mcir_ir::Value>, TypeId, String, bool)> =
             rv.slots.iter().map(|s| (s.fwd, s.ty, s.name.clone(), s.direct)).collect();
@@ -704,6 +707,12 @@ impl<'a> StaticTape<'a> {
         }
         let c = self.counted.get(l.header.index()).copied().flatten()?;
         let pre = self.edges.get(l.header.index())?.get(c.entry_edge)?.from;
+        // The reservation runs once each time the loop is entered only if the block it
+        // goes in does nothing else: a loop entered straight from another loop's header
+        // (which runs once more than that loop's body) pushes its records instead.
+        if !self.only_enters(pre, l.header) {
+            return None;
+        }
         let fpre = *fw.block_map.get(pre.index())?;
         if let Some(o) = self.reserve_for_nest(fw, bases, at, stack, pre, init, bound, width) {
             bases.offsets.insert((at.lp, slot), o);
@@ -726,6 +735,12 @@ impl<'a> StaticTape<'a> {
 }
 
 impl StaticTape<'_> {
+    /// Whether block `pre` only leads into loop header `header`: it jumps there and
+    /// nowhere else, so what it does runs once per entry into the loop.
+    fn only_enters(&self, pre: mcir_ir::Block, header: mcir_ir::Block) -> bool {
+        matches!(&self.primal.blocks[pre].term, mcir_ir::Terminator::Jump(t) if t.block == header)
+    }
+
     /// When range loop `at.lp` (preheader `pre`, `for i in init..bound`) runs once in
     /// every iteration of an enclosing range loop and its bounds are the same in each,
     /// its records for all of them are reserved once, in front of the enclosing loop,
@@ -775,6 +790,9 @@ impl StaticTape<'_> {
         }
         let oc = self.counted.get(outer.header.index()).copied().flatten()?;
         let outer_pre = self.edges.get(outer.header.index())?.get(oc.entry_edge)?.from;
+        if !self.only_enters(outer_pre, outer.header) {
+            return None;
+        }
         let fouter = *fw.block_map.get(outer_pre.index())?;
         let fpre = *fw.block_map.get(pre.index())?;
         let span = self.primal.span;

@@ -573,6 +573,20 @@ impl Builder<'_> {
                 let t = self.dr(lane, pa[0]).map(|g| crate::rules::powi_times(&mut self.e, a[0], a[1], g));
                 scalar(t)
             }
+            Op::Linearized => {
+                // `dy = Σ jₖ · dxₖ`, whatever `y` and the `jₖ` are made of.
+                let mut sum: Option<Value> = None;
+                for k in (1..pa.len()).step_by(2) {
+                    if let Some(dx) = self.dr(lane, pa[k + 1]) {
+                        let t = self.e.mul(a[k], dx);
+                        sum = Some(match sum {
+                            Some(s) => self.e.add(s, t),
+                            None => t,
+                        });
+                    }
+                }
+                scalar(sum)
+            }
             Op::Select => {
                 let (tb, tc) = (self.t(lane, pa[1]), self.t(lane, pa[2]));
                 let mut out = Tan::default();

@@ -96,9 +96,12 @@ pub(crate) struct Reverse<'a> {
     fw_to_primal: HashMap<Value, Value>,
     pub counter_slots: Vec<Option<usize>>,
     /// Joins whose incoming edge the reverse pass finds by evaluating again the branch
-    /// conditions that led to it (see [`Reverse::replay_region`]): the forward pass marks
-    /// no edge into them on the path stack.
+    /// conditions that led to it (see [`Reverse::replay_region`]), or need not find (see
+    /// [`Reverse::drop_pointless_paths`]): the forward pass marks no edge into them on
+    /// the path stack.
     pub replayed: std::collections::HashSet<Block>,
+    /// The path pop of each join's reverse (the value popped, and the join).
+    path_pops: Vec<(Value, Block)>,
     /// The primal's control flow, for the dominators of joins.
     flow: mcir_ir::cfg::ControlFlow,
     /// Arrays made by elementwise maps whose adjoint is held in values, not in a shadow
@@ -113,6 +116,26 @@ pub(crate) struct Reverse<'a> {
 enum HeldAdjoint {
     Uniform(Value),
     Array(Value),
+}
+
+/// Where a jump to `call` ends up past blocks that have no instructions and jump on
+/// (their parameters replaced by the arguments they were given), at most 16 of them.
+fn through_forwarding_blocks(f: &Function, call: &BlockCall) -> BlockCall {
+    let mut call = call.clone();
+    for _ in 0..16 {
+        let data = &f.blocks[call.block];
+        let Terminator::Jump(next) = &data.term else { break };
+        if !data.insts.is_empty() || data.params.len() != call.args.len() {
+            break;
+        }
+        let subst: HashMap<Value, Value> =
+            data.params.iter().copied().zip(call.args.iter().copied()).collect();
+        call = BlockCall {
+            block: next.block,
+            args: next.args.iter().map(|a| subst.get(a).copied().unwrap_or(*a)).collect(),
+        };
+    }
+    call
 }
 
 /// The arrays made by elementwise maps whose every use is an elementwise map, a `sum` or
@@ -375,6 +398,7 @@ impl<'a> Reverse<'a> {
                 .collect(),
             counter_slots: vec![None; counters.len()],
             replayed: Default::default(),
+            path_pops: Vec::new(),
             flow: mcir_ir::cfg::ControlFlow::compute(primal),
             counters,
             held: register_held_arrays(primal),
@@ -950,6 +974,52 @@ impl<'a> Reverse<'a> {
 
     /// Ends the current block with a dispatch on `k`, which holds the index of the target
     /// to take among `targets`.
+    /// Drops the path of every join whose reverse does the same whichever edge was
+    /// taken: a branch of the reverse pass whose targets, past blocks that only pass
+    /// their parameters on, are one block with the same arguments (the arms of a branch
+    /// that computes nothing with a derivative) becomes a jump; a path pop nothing then
+    /// reads is removed, and the forward pass marks no edge into its join.
+    pub fn drop_pointless_paths(&mut self) {
+        let f = &mut self.e.func;
+        let blocks: Vec<Block> = f.blocks.keys().collect();
+        for &b in &blocks {
+            let Terminator::Branch { then_dest, else_dest, .. } = &f.blocks[b].term else { continue };
+            let (t, e) = (through_forwarding_blocks(f, then_dest), through_forwarding_blocks(f, else_dest));
+            if t == e {
+                let span = f.blocks[b].term_span;
+                f.set_terminator(b, Terminator::Jump(t), span);
+            }
+        }
+        // Compares of path values now read by nothing go first, then the pops.
+        let cleaned = crate::dce::remove_dead_code(f);
+        let mut used = std::collections::HashSet::new();
+        for (_, data) in cleaned.blocks.iter() {
+            for &i in &data.insts {
+                used.extend(cleaned.insts[i].args.iter().copied());
+            }
+            used.extend(data.term.uses());
+        }
+        let unread: std::collections::HashSet<Value> =
+            self.path_pops.iter().filter(|(k, _)| !used.contains(k)).map(|&(k, _)| k).collect();
+        if unread.is_empty() {
+            return;
+        }
+        let mut f = cleaned;
+        for b in blocks {
+            let insts = std::mem::take(&mut f.blocks[b].insts);
+            f.blocks[b].insts = insts
+                .into_iter()
+                .filter(|&i| f.insts[i].result.is_none_or(|r| !unread.contains(&r)))
+                .collect();
+        }
+        self.e.func = f;
+        for &(k, join) in &self.path_pops {
+            if unread.contains(&k) {
+                self.replayed.insert(join);
+            }
+        }
+    }
+
     fn dispatch(&mut self, k: Value, mut targets: Vec<BlockCall>) -> Result<(), AdError> {
         let span = self.e.span;
         let mut j = 0;
@@ -1067,6 +1137,7 @@ impl<'a> Reverse<'a> {
                 let stack = self.path_stack();
                 let k = self.e.val(Op::StackPop, vec![stack], TypeTable::I64);
                 self.e.name(k, Some("from".to_string()));
+                self.path_pops.push((k, b));
                 Some(k)
             }
         };
@@ -1388,6 +1459,19 @@ impl<'a> Reverse<'a> {
             Op::FBinary(op) => {
                 if let Some(g) = g0 {
                     self.binary_rule(*op, a[0], a[1], inst, g)?;
+                }
+            }
+            Op::Linearized => {
+                // `x̄ₖ += ȳ · jₖ`: nothing passes to the value or the coefficients.
+                let Some(g) = g0 else { return Ok(()) };
+                for pair in a[1..].chunks(2) {
+                    if let [j, x] = *pair {
+                        if self.is_active(x) {
+                            let fj = self.fwdv(j)?;
+                            let t = self.e.mul(g, fj);
+                            self.contribute(x, 0, t);
+                        }
+                    }
                 }
             }
             Op::FUnary(op) => {
@@ -1817,14 +1901,18 @@ impl<'a> Reverse<'a> {
                 }
                 if let (false, Some(inverse)) = (ax, exact_inverse_of_constant(self.primal, x)) {
                     // `r = c / y`: `1 / y` is `r / c`, so the divisor's adjoint
-                    // `-g r / y` is `-g r r / c`, two products and no division.
+                    // `-g r / y` is `-(g r)(r / c)`, products and no division. `r / c`
+                    // (exact) keeps the magnitudes of `g / y` and `r`, so that no product
+                    // overflows or underflows where those do not.
                     let fr = self.fwdv(self.result(inst)?)?;
                     let u = self.e.mul(g, fr);
-                    let mut v = self.e.mul(u, fr);
-                    if inverse != 1.0 {
+                    let w = if inverse != 1.0 {
                         let k = self.e.fconst(inverse);
-                        v = self.e.mul(v, k);
-                    }
+                        self.e.mul(fr, k)
+                    } else {
+                        fr
+                    };
+                    let v = self.e.mul(u, w);
                     let n = self.e.neg(v);
                     self.contribute(y, 0, n);
                     return Ok(());

@@ -1,7 +1,8 @@
 //! Reverse-mode AD on the `.mcir` corpus: every op and builtin passes `mcc check`; a
 //! rule corrupted on purpose is caught and named; every differentiable program of the
 //! corpus passes the checker at its arguments; the derived forward and reverse passes
-//! are snapshotted and, printed, re-parse and verify.
+//! are snapshotted and, printed, re-parse and verify; a quotient's rule keeps to the
+//! range of its operands.
 
 // Test code: a failure should stop the test where it happens.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -218,4 +219,36 @@ fn tangent_functions_are_snapshotted_and_reparse() {
     }
     assert!(snapshots >= 25);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// `c / y` with `c` a power of two has its divisor's adjoint made without a division;
+/// its products keep the magnitudes of `g / y` and `c / y`, so that none overflows or
+/// underflows where the quotient's own derivative does not, on both engines.
+#[test]
+fn a_quotient_of_a_power_of_two_keeps_to_the_range_of_its_derivative() {
+    let dir = std::env::temp_dir().join(format!("mcir-quotient-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("q.mcir");
+    let text = "fn f(y: f64) -> f64 { return 2.0 / y; }\n\
+                fn g(y: f64) -> f64 { return 4.149515568880993e180 / y; }\n\
+                fn h(y: f64) -> f64 { return 2.409919865102884e-181 / y; }\n";
+    std::fs::write(&path, text).unwrap();
+    let file = path.to_str().unwrap();
+    for (func, y, want) in [
+        ("f", "1.4142135623730951e-154", -1e308),
+        ("g", "1.0", -4.149515568880993e180),
+        ("h", "1.0", -2.409919865102884e-181),
+    ] {
+        for engine in [None, Some("--interp")] {
+            let args = format!("[{y}]");
+            let mut words = vec!["grad", file, "--fn", func, "--args", &args];
+            words.extend(engine);
+            let out = mcc(&words);
+            assert_eq!(out.code, 0, "{}", out.stderr);
+            let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+            let got = json["gradient"][0].as_f64().unwrap();
+            assert!((got - want).abs() <= 1e-15 * want.abs(), "{func} {engine:?}: {got} against {want}");
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
 }

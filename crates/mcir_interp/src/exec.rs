@@ -328,6 +328,8 @@ impl<'m> Interpreter<'m> {
             Op::IConst(c) => Val::I64(*c),
             Op::BConst(c) => Val::Bool(*c),
             Op::FBinary(b) => Val::F64(b.eval(f(a, 0)?, f(a, 1)?)),
+            // Its value is its first operand; the rest speak of its derivative.
+            Op::Linearized => Val::F64(f(a, 0)?),
             Op::FUnary(u) => Val::F64(u.eval(f(a, 0)?)),
             Op::FPowI => Val::F64(powi(f(a, 0)?, i(a, 1)?)),
             Op::IBinary(b) => Val::I64(b.eval(i(a, 0)?, i(a, 1)?).map_err(int_error)?),
@@ -737,6 +739,7 @@ fn allocated_bytes(op: &Op, out: &Val) -> u64 {
         | Op::FConst(_)
         | Op::IConst(_)
         | Op::BConst(_)
+        | Op::Linearized
         | Op::FBinary(_)
         | Op::FUnary(_)
         | Op::FPowI

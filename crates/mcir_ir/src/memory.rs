@@ -45,6 +45,7 @@ fn access(op: &Op) -> Access {
         | Op::FBinary(_)
         | Op::FUnary(_)
         | Op::FPowI
+        | Op::Linearized
         | Op::IBinary(_)
         | Op::IUnary(_)
         | Op::FCmp(_)

@@ -247,6 +247,12 @@ pub enum Op {
 
     /// `select`: `(cond, a, b) -> a if cond else b`, for scalars of one type.
     Select,
+    /// `linearized`: `(y, j₁, x₁, …, j_m, x_m)` is `y`, an `f64`, whose derivative is
+    /// declared to be `Σ jₖ · dxₖ`: derivatives pass to the `xₖ` with the coefficients
+    /// `jₖ`, and not through `y` or the `jₖ`. Only derivative code makes it: a branch
+    /// whose arms compute a scalar function of a few values has its derivatives computed
+    /// in the arms, so that no reverse pass needs the branch (`mcir_ad`'s `linearize.rs`).
+    Linearized,
 
     /// `array.zeros_like`: a fresh `f64` array of the operand's shape, filled with zeros.
     ZerosLike,
@@ -560,6 +566,7 @@ impl Op {
                 | Op::FBinary(_)
                 | Op::FUnary(_)
                 | Op::FPowI
+                | Op::Linearized
                 | Op::FCmp(_)
                 | Op::ICmp(_)
                 | Op::BCmp(_)
@@ -602,6 +609,7 @@ impl Op {
             | Op::FBinary(_)
             | Op::FUnary(_)
             | Op::FPowI
+            | Op::Linearized
             | Op::FCmp(_)
             | Op::ICmp(_)
             | Op::BCmp(_)

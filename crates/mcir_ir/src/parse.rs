@@ -781,6 +781,7 @@ impl Parser {
             }
             "print" => Op::Print,
             "select" => Op::Select,
+            "linearized" => Op::Linearized,
             "array.zeros_like" => Op::ZerosLike,
             "array.add_into" => Op::AddInto,
             "array.axpy" => Op::Axpy,

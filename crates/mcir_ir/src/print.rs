@@ -285,6 +285,7 @@ pub(crate) fn op_head(types: &TypeTable, op: &Op) -> String {
         Op::Call(_) => "call".to_string(),
         Op::Print => "print".to_string(),
         Op::Select => "select".to_string(),
+        Op::Linearized => "linearized".to_string(),
         Op::ZerosLike => "array.zeros_like".to_string(),
         Op::AddInto => "array.add_into".to_string(),
         Op::Axpy => "array.axpy".to_string(),

@@ -540,6 +540,13 @@ impl Verifier<'_> {
                 }
                 self.result_is(result, None)
             }
+            Op::Linearized => {
+                // `y`, then pairs of a coefficient and a value, all `f64`.
+                if args.len().is_multiple_of(2) {
+                    return Err("takes y and pairs of a coefficient and a value".into());
+                }
+                want(&vec![f64_; args.len()], Some(f64_))
+            }
             Op::Select => {
                 let ty = *args.get(1).ok_or("takes a condition and two scalars")?;
                 if t.as_scalar(ty).is_none() {

@@ -156,6 +156,30 @@ fn records_take_a_constant_width_and_values_of_the_stack_type() {
     bad("%x_1, %x_1, %x_1", "%x_1, %n_0, %x_1", "takes (stack<f64>, i64, i64, f64, f64, f64)");
 }
 
+/// A value whose derivative is declared: `y`, then pairs of a coefficient and a value.
+const LINEARIZED: &str = "\
+fn @f(%x_0: f64, %y_1: f64) -> f64 {
+bb0:
+    %2: f64 = fmul %x_0, %y_1
+    %3: f64 = linearized %2, %y_1, %x_0, %x_0, %y_1
+    ret %3
+}
+";
+
+#[test]
+fn linearized_takes_a_value_and_pairs_of_f64() {
+    let m = parse_module(LINEARIZED).unwrap();
+    verify_module(&m).unwrap();
+    assert_eq!(print_module(&m), LINEARIZED);
+    let bad = |from: &str, to: &str, want: &str| {
+        let text = LINEARIZED.replacen(from, to, 1);
+        let err = verify_module(&parse_module(&text).unwrap()).unwrap_err().to_string();
+        assert!(err.contains(want), "expected {want:?} in: {err}");
+    };
+    bad("%2, %y_1, %x_0, %x_0, %y_1", "%2, %y_1, %x_0, %x_0", "pairs of a coefficient and a value");
+    bad("%3: f64 = linearized", "%3: i64 = linearized", "yields f64");
+}
+
 #[test]
 fn unreachable_blocks_and_entry_targets_are_rejected() {
     let unreachable = "fn @f() {\nbb0:\n    ret\nbb1:\n    ret\n}\n";

@@ -2159,6 +2159,8 @@ impl FnLower<'_, '_> {
                 self.rt_call_checked("mc_ftoi", &[self.ctx, s, args[0]])
             }
             Op::Select => Some(self.b.ins().select(args[0], args[1], args[2])),
+            // Its value is its first operand; the rest speak of its derivative.
+            Op::Linearized => Some(args[0]),
             Op::ArrayFill => {
                 let site = fallible_site(self);
                 let rt = result_ty.ok_or("array.fill without result")?;

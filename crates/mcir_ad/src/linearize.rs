@@ -1,0 +1,438 @@
+//! Branches linearized in place: a branch whose arms compute a scalar function of a few
+//! values has the function's partial derivatives computed in its arms, so that the
+//! reverse pass needs neither the branch nor what the arms computed.
+//!
+//! A two-way branch whose arms are scalar arithmetic (each arm one block or the edge
+//! itself) and meet in one join computes, at the join, `f64` results `yₚ` of the values
+//! `xₖ` the arms read from before the branch. Forward mode through each arm gives
+//! `∂yₚ/∂xₖ` there, passed to the join as more parameters `jₚₖ`; each `yₚ` is then read
+//! through `linearized yₚ, jₚ₁, x₁, …` (see `Op::Linearized`), whose reverse is
+//! `x̄ₖ += ȳₚ · jₚₖ`. Nothing flows back through the arms any more, so their reverse
+//! does nothing and the join needs no path (`Reverse::drop_pointless_paths`); the tape
+//! holds the coefficients instead of the path and the arms' values.
+//!
+//! Why: a scalar helper with an `if`, inlined in a loop, made the reverse pass pop the
+//! path and branch again for every element, mispredicting as often as the forward pass
+//! did, and tape the values of the arm taken. A hand-written gradient computes each
+//! element's derivative in its forward loop; this does the same.
+
+use mcir_ir::entity::EntityRef;
+use mcir_ir::{Block, BlockCall, FBinOp, FUnOp, Function, Op, Terminator, TypeTable, Value};
+use std::collections::HashMap;
+
+/// The most values a linearized branch may read (coefficients per result).
+const MAX_INPUTS: usize = 4;
+/// The most coefficients (results × inputs) a linearized branch may pass to its join.
+const MAX_COEFFICIENTS: usize = 8;
+/// The most instructions an arm may have.
+const MAX_ARM_INSTS: usize = 48;
+
+/// A partial derivative while it is built: zero and one stay symbolic.
+#[derive(Clone, Copy, PartialEq)]
+enum Coef {
+    Zero,
+    One,
+    Of(Value),
+}
+
+/// One arm of a branch: the block (none for an edge straight into the join) and the
+/// arguments it passes to the join.
+struct Arm {
+    block: Option<Block>,
+    args: Vec<Value>,
+}
+
+/// `f` with every branch that qualifies (see the module docs) linearized.
+pub(crate) fn linearize_branches(f: &Function) -> Function {
+    let mut f = f.clone();
+    let mut preds: HashMap<Block, usize> = HashMap::new();
+    for (_, data) in f.blocks.iter() {
+        for s in data.term.successors() {
+            *preds.entry(s.block).or_default() += 1;
+        }
+    }
+    let heads: Vec<Block> = f.blocks.keys().collect();
+    for h in heads {
+        let Some((join, arms)) = diamond(&f, h, &preds) else { continue };
+        linearize(&mut f, h, join, &arms);
+    }
+    f
+}
+
+/// The join and the two arms of the branch ending `h`, when it has that shape: each
+/// target is the join itself or a block with no parameters that only `h` enters and
+/// that jumps to the join, the two arms differ, and nothing else enters the join.
+fn diamond(f: &Function, h: Block, preds: &HashMap<Block, usize>) -> Option<(Block, [Arm; 2])> {
+    let Terminator::Branch { then_dest, else_dest, .. } = &f.blocks[h].term else { return None };
+    let join_of = |t: &BlockCall| -> Option<(Block, Arm)> {
+        let data = &f.blocks[t.block];
+        match &data.term {
+            Terminator::Jump(next)
+                if t.block != h
+                    && data.params.is_empty()
+                    && preds.get(&t.block) == Some(&1)
+                    && data.insts.len() <= MAX_ARM_INSTS =>
+            {
+                Some((next.block, Arm { block: Some(t.block), args: next.args.clone() }))
+            }
+            _ => None,
+        }
+    };
+    let side = |t: &BlockCall, other: &BlockCall| -> Option<(Block, Arm)> {
+        match join_of(t) {
+            Some(x) if x.0 != t.block => Some(x),
+            // An edge straight into the join: the other side says which block that is.
+            _ => {
+                let (j, _) = join_of(other)?;
+                (j == t.block).then(|| (t.block, Arm { block: None, args: t.args.clone() }))
+            }
+        }
+    };
+    let (j1, a1) = side(then_dest, else_dest)?;
+    let (j2, a2) = side(else_dest, then_dest)?;
+    if j1 != j2 || j1 == h || preds.get(&j1) != Some(&2) || (a1.block.is_none() && a2.block.is_none()) {
+        return None;
+    }
+    if a1.block.is_some() && a1.block == a2.block {
+        return None;
+    }
+    Some((j1, [a1, a2]))
+}
+
+/// Whether forward mode through `op` is done here.
+fn supported(f: &Function, op: &Op, result: Option<Value>) -> bool {
+    let is_f64 = result.is_some_and(|r| f.value_type(r) == TypeTable::F64);
+    match op {
+        Op::FBinary(FBinOp::Add | FBinOp::Sub | FBinOp::Mul | FBinOp::Div) => true,
+        Op::FUnary(FUnOp::Neg | FUnOp::Sin | FUnOp::Cos | FUnOp::Exp | FUnOp::Log | FUnOp::Sqrt) => true,
+        Op::FConst(_) | Op::IToF => true,
+        // Integer and boolean arithmetic that cannot fail has no derivative.
+        op => op.is_scalar_arith() && !is_f64,
+    }
+}
+
+fn linearize(f: &mut Function, h: Block, join: Block, arms: &[Arm; 2]) {
+    let arm_blocks: Vec<Block> = arms.iter().filter_map(|a| a.block).collect();
+    for &b in &arm_blocks {
+        for &i in &f.blocks[b].insts {
+            let d = &f.insts[i];
+            if !supported(f, &d.op, d.result) {
+                return;
+            }
+        }
+    }
+    let params = f.blocks[join].params.clone();
+    let outputs: Vec<usize> =
+        (0..params.len()).filter(|&p| f.value_type(params[p]) == TypeTable::F64).collect();
+    if outputs.is_empty() {
+        return;
+    }
+    // The values the arms read from before the branch, whose derivatives pass on.
+    let defined_in_arms: std::collections::HashSet<Value> = arm_blocks
+        .iter()
+        .flat_map(|&b| f.blocks[b].insts.iter().filter_map(|&i| f.insts[i].result))
+        .collect();
+    let constant = |v: Value| matches!(f.defining(v).map(|d| &d.op), Some(Op::FConst(_) | Op::IToF));
+    let mut inputs: Vec<Value> = Vec::new();
+    let note = |v: Value, inputs: &mut Vec<Value>| {
+        if f.value_type(v) == TypeTable::F64
+            && !defined_in_arms.contains(&v)
+            && !constant(v)
+            && !inputs.contains(&v)
+        {
+            inputs.push(v);
+        }
+    };
+    for &b in &arm_blocks {
+        for &i in &f.blocks[b].insts {
+            for &a in &f.insts[i].args {
+                note(a, &mut inputs);
+            }
+        }
+    }
+    for arm in arms {
+        for &p in &outputs {
+            note(arm.args[p], &mut inputs);
+        }
+    }
+    inputs.sort_by_key(|v| v.index());
+    let m = inputs.len();
+    if m == 0 || m > MAX_INPUTS || m * outputs.len() > MAX_COEFFICIENTS {
+        return;
+    }
+    let span = f.blocks[h].term_span;
+    // Each arm's coefficients, made in the arm (or before the branch for a bare edge).
+    let mut arm_coefs: Vec<Vec<Value>> = Vec::new();
+    for arm in arms {
+        let at = arm.block.unwrap_or(h);
+        let mut tangent: HashMap<Value, Vec<Coef>> = HashMap::new();
+        for (k, &x) in inputs.iter().enumerate() {
+            let mut unit = vec![Coef::Zero; m];
+            unit[k] = Coef::One;
+            tangent.insert(x, unit);
+        }
+        if let Some(b) = arm.block {
+            let insts = f.blocks[b].insts.clone();
+            let mut emitted = Emitter { f: &mut *f, block: b, out: Vec::new(), span };
+            for i in insts {
+                let d = emitted.f.insts[i].clone();
+                let Some(r) = d.result else { continue };
+                if emitted.f.value_type(r) != TypeTable::F64 {
+                    continue;
+                }
+                let get = |v: &Value| tangent.get(v).cloned().unwrap_or_else(|| vec![Coef::Zero; m]);
+                let t: Vec<Coef> = match (&d.op, d.args.as_slice()) {
+                    (Op::FBinary(op), [a, b]) => {
+                        let (ta, tb) = (get(a), get(b));
+                        (0..m).map(|k| emitted.binary(*op, *a, *b, r, ta[k], tb[k])).collect()
+                    }
+                    (Op::FUnary(op), [a]) => {
+                        let ta = get(a);
+                        let mut factor = None;
+                        (0..m).map(|k| emitted.unary(*op, *a, r, ta[k], &mut factor)).collect()
+                    }
+                    _ => vec![Coef::Zero; m],
+                };
+                tangent.insert(r, t);
+            }
+            // The coefficients go before the arm's jump, after what it computed.
+            let out = std::mem::take(&mut emitted.out);
+            f.blocks[b].insts.extend(out);
+        }
+        let mut coefs = Vec::new();
+        let mut emitted = Emitter { f: &mut *f, block: at, out: Vec::new(), span };
+        for &p in &outputs {
+            let t = tangent.get(&arm.args[p]).cloned().unwrap_or_else(|| vec![Coef::Zero; m]);
+            for c in t {
+                coefs.push(emitted.materialise(c));
+            }
+        }
+        let out = std::mem::take(&mut emitted.out);
+        f.blocks[at].insts.extend(out);
+        arm_coefs.push(coefs);
+    }
+    // The join takes the coefficients; each edge passes its arm's.
+    let mut coef_params = Vec::new();
+    for &p in &outputs {
+        for k in 0..m {
+            let name = f.values[params[p]].name.as_ref().map(|n| format!("d{n}_{k}"));
+            coef_params.push(f.add_block_param(join, TypeTable::F64, name));
+        }
+    }
+    let (first, second) = (arms[0].block, arms[1].block);
+    // Arm blocks end in their jump; a bare edge is one of `h`'s branch targets.
+    let mut coef_iter = arm_coefs.into_iter();
+    let (c0, c1) = (coef_iter.next().unwrap_or_default(), coef_iter.next().unwrap_or_default());
+    for (arm_block, coefs, which) in [(first, c0, 0usize), (second, c1, 1usize)] {
+        match arm_block {
+            Some(b) => {
+                if let Terminator::Jump(t) = &mut f.blocks[b].term {
+                    t.args.extend(coefs);
+                }
+            }
+            None => {
+                if let Terminator::Branch { then_dest, else_dest, .. } = &mut f.blocks[h].term {
+                    let t = if which == 0 { then_dest } else { else_dest };
+                    t.args.extend(coefs);
+                }
+            }
+        }
+    }
+    // Each result is read through its linearization from here on.
+    let mut subst = HashMap::new();
+    let mut made = Vec::new();
+    for (n, &p) in outputs.iter().enumerate() {
+        let y = params[p];
+        let mut args = vec![y];
+        for (k, &x) in inputs.iter().enumerate() {
+            args.extend([coef_params[n * m + k], x]);
+        }
+        let Some(z) = f.push_inst(join, Op::Linearized, args, Some(TypeTable::F64), span) else { return };
+        f.values[z].name = f.values[y].name.clone();
+        subst.insert(y, z);
+        if let Some(i) = f.blocks[join].insts.pop() {
+            made.push(i);
+        }
+    }
+    f.map_uses(|v| subst.get(&v).copied().unwrap_or(v));
+    // The linearizations themselves read the results, first in the join.
+    for (n, &i) in made.iter().enumerate() {
+        f.insts[i].args[0] = params[outputs[n]];
+    }
+    let rest = std::mem::take(&mut f.blocks[join].insts);
+    f.blocks[join].insts = made.into_iter().chain(rest).collect();
+}
+
+/// Emits forward-mode arithmetic into a block, folding what zero and one make trivial.
+struct Emitter<'a> {
+    f: &'a mut Function,
+    block: Block,
+    /// Instructions made, to be placed before the block's terminator.
+    out: Vec<mcir_ir::Inst>,
+    span: mcir_ir::Span,
+}
+
+impl Emitter<'_> {
+    fn emit(&mut self, op: Op, args: Vec<Value>) -> Value {
+        let v = self.f.push_value(self.block, op, args, TypeTable::F64, self.span);
+        if let Some(i) = self.f.blocks[self.block].insts.pop() {
+            self.out.push(i);
+        }
+        v
+    }
+
+    fn materialise(&mut self, c: Coef) -> Value {
+        match c {
+            Coef::Zero => self.emit(Op::FConst(0.0), vec![]),
+            Coef::One => self.emit(Op::FConst(1.0), vec![]),
+            Coef::Of(v) => v,
+        }
+    }
+
+    fn add(&mut self, a: Coef, b: Coef) -> Coef {
+        match (a, b) {
+            (Coef::Zero, x) | (x, Coef::Zero) => x,
+            (a, b) => {
+                let (a, b) = (self.materialise(a), self.materialise(b));
+                Coef::Of(self.emit(Op::FBinary(FBinOp::Add), vec![a, b]))
+            }
+        }
+    }
+
+    fn neg(&mut self, a: Coef) -> Coef {
+        match a {
+            Coef::Zero => Coef::Zero,
+            a => {
+                let a = self.materialise(a);
+                Coef::Of(self.emit(Op::FUnary(FUnOp::Neg), vec![a]))
+            }
+        }
+    }
+
+    /// `c · v` for a primal value `v`.
+    fn scale(&mut self, c: Coef, v: Value) -> Coef {
+        match c {
+            Coef::Zero => Coef::Zero,
+            Coef::One => Coef::Of(v),
+            Coef::Of(c) => Coef::Of(self.emit(Op::FBinary(FBinOp::Mul), vec![c, v])),
+        }
+    }
+
+    /// `c / v` for a primal value `v`.
+    fn divide(&mut self, c: Coef, v: Value) -> Coef {
+        match c {
+            Coef::Zero => Coef::Zero,
+            c => {
+                let c = self.materialise(c);
+                Coef::Of(self.emit(Op::FBinary(FBinOp::Div), vec![c, v]))
+            }
+        }
+    }
+
+    fn binary(&mut self, op: FBinOp, a: Value, b: Value, r: Value, ta: Coef, tb: Coef) -> Coef {
+        match op {
+            FBinOp::Add => self.add(ta, tb),
+            FBinOp::Sub => {
+                let n = self.neg(tb);
+                self.add(ta, n)
+            }
+            FBinOp::Mul => {
+                let (x, y) = (self.scale(ta, b), self.scale(tb, a));
+                self.add(x, y)
+            }
+            // d(a / b) = (da - r db) / b
+            _ => {
+                let rb = self.scale(tb, r);
+                let n = self.neg(rb);
+                let top = self.add(ta, n);
+                self.divide(top, b)
+            }
+        }
+    }
+
+    /// The tangent of `op(a)` (result `r`) from the tangent `ta` of `a`; `factor` keeps
+    /// the derivative of `op` at `a`, made once for all inputs.
+    fn unary(&mut self, op: FUnOp, a: Value, r: Value, ta: Coef, factor: &mut Option<Value>) -> Coef {
+        if ta == Coef::Zero {
+            return Coef::Zero;
+        }
+        let d = match (op, *factor) {
+            (FUnOp::Neg, _) => return self.neg(ta),
+            (FUnOp::Log, _) => return self.divide(ta, a),
+            (_, Some(d)) => d,
+            (FUnOp::Sin, None) => self.emit(Op::FUnary(FUnOp::Cos), vec![a]),
+            (FUnOp::Cos, None) => {
+                let s = self.emit(Op::FUnary(FUnOp::Sin), vec![a]);
+                self.emit(Op::FUnary(FUnOp::Neg), vec![s])
+            }
+            (FUnOp::Exp, None) => r,
+            // d sqrt(a) = da / (2 sqrt(a))
+            _ => {
+                let two = self.emit(Op::FConst(2.0), vec![]);
+                let twice = self.emit(Op::FBinary(FBinOp::Mul), vec![two, r]);
+                let one = self.emit(Op::FConst(1.0), vec![]);
+                self.emit(Op::FBinary(FBinOp::Div), vec![one, twice])
+            }
+        };
+        *factor = Some(d);
+        self.scale(ta, d)
+    }
+}
+
+/// Clears the activity of the values that only a linearization's result or
+/// coefficients are made from (the arms' arithmetic): no derivative reaches them, so the
+/// reverse pass computes no adjoint for them and needs none of their operands. A value
+/// keeps its activity if some use may pass a derivative back: a linearized value, an
+/// effect (a store, a call, a return, an op that may fail), or a pure op whose result
+/// keeps it, through jumps to the parameters they fill.
+pub(crate) fn clear_linearized_arms(f: &Function, active: &mut [bool]) {
+    let has_linearized = f.blocks.values().any(|d| d.insts.iter().any(|&i| f.insts[i].op == Op::Linearized));
+    if !has_linearized {
+        return;
+    }
+    let mut spent = vec![true; f.values.len()];
+    loop {
+        let mut changed = false;
+        let mut keep = |v: Value, spent: &mut Vec<bool>| {
+            if spent[v.index()] {
+                spent[v.index()] = false;
+                changed = true;
+            }
+        };
+        for data in f.blocks.values() {
+            for &i in &data.insts {
+                let d = &f.insts[i];
+                for (pos, &a) in d.args.iter().enumerate() {
+                    let keeps = match (&d.op, d.result) {
+                        (Op::Linearized, _) => pos >= 2 && pos.is_multiple_of(2),
+                        (op, Some(r)) if !op.has_effect() => !spent[r.index()],
+                        _ => true,
+                    };
+                    if keeps {
+                        keep(a, &mut spent);
+                    }
+                }
+            }
+            match &data.term {
+                Terminator::Return(v) => v.iter().for_each(|&v| keep(v, &mut spent)),
+                Terminator::Branch { cond, .. } => keep(*cond, &mut spent),
+                Terminator::Jump(_) => {}
+            }
+            for s in data.term.successors() {
+                for (&arg, &p) in s.args.iter().zip(&f.blocks[s.block].params) {
+                    if !spent[p.index()] {
+                        keep(arg, &mut spent);
+                    }
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    for (a, s) in active.iter_mut().zip(&spent) {
+        if *s {
+            *a = false;
+        }
+    }
+}
