@@ -333,6 +333,11 @@ fn derive_function(
     let static_tape = StaticTape::new(primal, &edges, &counted, range_loops);
     let mut bases = Reserved::default();
     let records = shared_records(&rev, &slots, &rev_stacks, &pushes, &static_tape);
+    let record_of: std::collections::HashMap<usize, usize> =
+        records.iter().enumerate().flat_map(|(n, r)| r.iter().map(move |&slot| (slot, n))).collect();
+    // A record's slots are each pushed once: the value each pushes.
+    let pushed_value: std::collections::HashMap<usize, mcir_ir::Value> =
+        pushes.iter().filter(|p| record_of.contains_key(&p.2)).map(|&(_, fv, slot)| (slot, fv)).collect();
     // Slots whose values another slot's record holds (they read that slot's stack).
     let mut merged: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
     let mut placed: std::collections::HashSet<usize> = std::collections::HashSet::new();
@@ -346,7 +351,7 @@ fn derive_function(
         if let Some(at) = static_tape.place(b) {
             // The values one reverse block pops side by side, in the order they are
             // pushed: one record of them all, on the stack of the first.
-            let lanes = records.iter().find(|r| r.contains(&slot)).cloned().unwrap_or_else(|| vec![slot]);
+            let lanes = record_of.get(&slot).map_or_else(|| vec![slot], |&n| records[n].clone());
             let first = lanes[0];
             let width = lanes.len() as i64;
             if let Some((offset, i)) = static_tape.index(&mut fw, &mut bases, at, first, stacks[first], width)
@@ -354,12 +359,7 @@ fn derive_function(
                 let mut args = vec![stacks[first], offset, i];
                 for &lane in &lanes {
                     placed.insert(lane);
-                    let value = if lane == slot {
-                        fv
-                    } else {
-                        pushes.iter().find(|p| p.2 == lane).map_or(fv, |p| p.1)
-                    };
-                    args.push(value);
+                    args.push(pushed_value.get(&lane).copied().unwrap_or(fv));
                     if lane != first {
                         merged.insert(lane, first);
                         stacks[lane] = stacks[first];
@@ -878,7 +878,7 @@ impl StaticTape<'_> {
 }
 
 /// The most records a nest reserves at once for one stack (`StaticTape::reserve_for_nest`):
-/// 8 MiB of them.
+/// 8 MiB per value a record holds, as much as each value's own stack would take.
 const MAX_NEST_RECORDS: i64 = 1 << 20;
 
 /// A value id that `push_inst` never returns in place of a real one.

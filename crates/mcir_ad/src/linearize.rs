@@ -171,9 +171,11 @@ fn linearize(f: &mut Function, h: Block, join: Block, arms: &[Arm; 2]) {
             unit[k] = Coef::One;
             tangent.insert(x, unit);
         }
+        // Forward mode and the coefficients go after what the arm computed, before its
+        // jump (before the branch for a bare edge).
+        let mut emitted = Emitter { f: &mut *f, block: at, out: Vec::new(), span };
         if let Some(b) = arm.block {
-            let insts = f.blocks[b].insts.clone();
-            let mut emitted = Emitter { f: &mut *f, block: b, out: Vec::new(), span };
+            let insts = emitted.f.blocks[b].insts.clone();
             for i in insts {
                 let d = emitted.f.insts[i].clone();
                 let Some(r) = d.result else { continue };
@@ -195,12 +197,8 @@ fn linearize(f: &mut Function, h: Block, join: Block, arms: &[Arm; 2]) {
                 };
                 tangent.insert(r, t);
             }
-            // The coefficients go before the arm's jump, after what it computed.
-            let out = std::mem::take(&mut emitted.out);
-            f.blocks[b].insts.extend(out);
         }
         let mut coefs = Vec::new();
-        let mut emitted = Emitter { f: &mut *f, block: at, out: Vec::new(), span };
         for &p in &outputs {
             let t = tangent.get(&arm.args[p]).cloned().unwrap_or_else(|| vec![Coef::Zero; m]);
             for c in t {
@@ -219,23 +217,15 @@ fn linearize(f: &mut Function, h: Block, join: Block, arms: &[Arm; 2]) {
             coef_params.push(f.add_block_param(join, TypeTable::F64, name));
         }
     }
-    let (first, second) = (arms[0].block, arms[1].block);
-    // Arm blocks end in their jump; a bare edge is one of `h`'s branch targets.
-    let mut coef_iter = arm_coefs.into_iter();
-    let (c0, c1) = (coef_iter.next().unwrap_or_default(), coef_iter.next().unwrap_or_default());
-    for (arm_block, coefs, which) in [(first, c0, 0usize), (second, c1, 1usize)] {
-        match arm_block {
-            Some(b) => {
-                if let Terminator::Jump(t) = &mut f.blocks[b].term {
-                    t.args.extend(coefs);
-                }
+    // Arm blocks end in their jump; a bare edge is `h`'s branch target on its side.
+    for (side, (arm, coefs)) in arms.iter().zip(arm_coefs).enumerate() {
+        match (arm.block, &mut f.blocks[arm.block.unwrap_or(h)].term) {
+            (Some(_), Terminator::Jump(t)) => t.args.extend(coefs),
+            (None, Terminator::Branch { then_dest, else_dest, .. }) => {
+                let t = if side == 0 { then_dest } else { else_dest };
+                t.args.extend(coefs);
             }
-            None => {
-                if let Terminator::Branch { then_dest, else_dest, .. } = &mut f.blocks[h].term {
-                    let t = if which == 0 { then_dest } else { else_dest };
-                    t.args.extend(coefs);
-                }
-            }
+            _ => {}
         }
     }
     // Each result is read through its linearization from here on.
@@ -390,48 +380,58 @@ pub(crate) fn clear_linearized_arms(f: &Function, active: &mut [bool]) {
     if !has_linearized {
         return;
     }
-    let mut spent = vec![true; f.values.len()];
-    loop {
-        let mut changed = false;
-        let mut keep = |v: Value, spent: &mut Vec<bool>| {
-            if spent[v.index()] {
-                spent[v.index()] = false;
-                changed = true;
-            }
-        };
-        for data in f.blocks.values() {
-            for &i in &data.insts {
-                let d = &f.insts[i];
-                for (pos, &a) in d.args.iter().enumerate() {
-                    let keeps = match (&d.op, d.result) {
-                        (Op::Linearized, _) => pos >= 2 && pos.is_multiple_of(2),
-                        (op, Some(r)) if !op.has_effect() => !spent[r.index()],
-                        _ => true,
-                    };
-                    if keeps {
-                        keep(a, &mut spent);
+    // Each value kept, once, from the uses that keep whatever they read, back through
+    // the pure ops that make kept values and the jumps that fill kept parameters.
+    let mut kept = vec![false; f.values.len()];
+    let mut work = Vec::new();
+    let keep = |v: Value, kept: &mut Vec<bool>, work: &mut Vec<Value>| {
+        if !kept[v.index()] {
+            kept[v.index()] = true;
+            work.push(v);
+        }
+    };
+    let mut incoming: HashMap<Value, Vec<Value>> = HashMap::new();
+    for data in f.blocks.values() {
+        for &i in &data.insts {
+            let d = &f.insts[i];
+            match (&d.op, d.result) {
+                (Op::Linearized, _) => {
+                    for &x in d.args.iter().skip(2).step_by(2) {
+                        keep(x, &mut kept, &mut work);
                     }
                 }
-            }
-            match &data.term {
-                Terminator::Return(v) => v.iter().for_each(|&v| keep(v, &mut spent)),
-                Terminator::Branch { cond, .. } => keep(*cond, &mut spent),
-                Terminator::Jump(_) => {}
-            }
-            for s in data.term.successors() {
-                for (&arg, &p) in s.args.iter().zip(&f.blocks[s.block].params) {
-                    if !spent[p.index()] {
-                        keep(arg, &mut spent);
-                    }
-                }
+                (op, Some(_)) if !op.has_effect() => {}
+                _ => d.args.iter().for_each(|&a| keep(a, &mut kept, &mut work)),
             }
         }
-        if !changed {
-            break;
+        match &data.term {
+            Terminator::Return(v) => v.iter().for_each(|&v| keep(v, &mut kept, &mut work)),
+            Terminator::Branch { cond, .. } => keep(*cond, &mut kept, &mut work),
+            Terminator::Jump(_) => {}
+        }
+        for s in data.term.successors() {
+            for (&arg, &p) in s.args.iter().zip(&f.blocks[s.block].params) {
+                incoming.entry(p).or_default().push(arg);
+            }
         }
     }
-    for (a, s) in active.iter_mut().zip(&spent) {
-        if *s {
+    while let Some(v) = work.pop() {
+        match f.values[v].def {
+            mcir_ir::ValueDef::Inst(i) => {
+                let d = &f.insts[i];
+                if d.op != Op::Linearized && !d.op.has_effect() {
+                    d.args.iter().for_each(|&a| keep(a, &mut kept, &mut work));
+                }
+            }
+            mcir_ir::ValueDef::Param(..) => {
+                for &a in incoming.get(&v).into_iter().flatten() {
+                    keep(a, &mut kept, &mut work);
+                }
+            }
+        }
+    }
+    for (a, k) in active.iter_mut().zip(&kept) {
+        if !*k {
             *a = false;
         }
     }

@@ -972,8 +972,6 @@ impl<'a> Reverse<'a> {
         Ok(())
     }
 
-    /// Ends the current block with a dispatch on `k`, which holds the index of the target
-    /// to take among `targets`.
     /// Drops the path of every join whose reverse does the same whichever edge was
     /// taken: a branch of the reverse pass whose targets, past blocks that only pass
     /// their parameters on, are one block with the same arguments (the arms of a branch
@@ -982,13 +980,19 @@ impl<'a> Reverse<'a> {
     pub fn drop_pointless_paths(&mut self) {
         let f = &mut self.e.func;
         let blocks: Vec<Block> = f.blocks.keys().collect();
+        let mut folded = false;
         for &b in &blocks {
             let Terminator::Branch { then_dest, else_dest, .. } = &f.blocks[b].term else { continue };
             let (t, e) = (through_forwarding_blocks(f, then_dest), through_forwarding_blocks(f, else_dest));
             if t == e {
                 let span = f.blocks[b].term_span;
                 f.set_terminator(b, Terminator::Jump(t), span);
+                folded = true;
             }
+        }
+        // Every path pop still decides a branch unless one was folded.
+        if !folded || self.path_pops.is_empty() {
+            return;
         }
         // Compares of path values now read by nothing go first, then the pops.
         let cleaned = crate::dce::remove_dead_code(f);
@@ -1020,6 +1024,8 @@ impl<'a> Reverse<'a> {
         }
     }
 
+    /// Ends the current block with a dispatch on `k`, which holds the index of the target
+    /// to take among `targets`.
     fn dispatch(&mut self, k: Value, mut targets: Vec<BlockCall>) -> Result<(), AdError> {
         let span = self.e.span;
         let mut j = 0;

@@ -83,8 +83,13 @@ fn every_op_round_trips() {
 
 /// Replaces `from` by `to` in the every-op function and expects an error containing `want`.
 fn rejects(from: &str, to: &str, want: &str) {
-    assert!(EVERY_OP.contains(from), "test bug: {from:?} not in the text");
-    let text = EVERY_OP.replacen(from, to, 1);
+    rejects_in(EVERY_OP, from, to, want);
+}
+
+/// Replaces `from` by `to` in `ir` and expects an error containing `want`.
+fn rejects_in(ir: &str, from: &str, to: &str, want: &str) {
+    assert!(ir.contains(from), "test bug: {from:?} not in the text");
+    let text = ir.replacen(from, to, 1);
     let err = match parse_module(&text) {
         Err(e) => e.to_string(),
         Ok(m) => match verify_module(&m) {
@@ -146,11 +151,7 @@ fn records_take_a_constant_width_and_values_of_the_stack_type() {
     let m = parse_module(RECORDS).unwrap();
     verify_module(&m).unwrap();
     assert_eq!(print_module(&m), RECORDS);
-    let bad = |from: &str, to: &str, want: &str| {
-        let text = RECORDS.replacen(from, to, 1);
-        let err = verify_module(&parse_module(&text).unwrap()).unwrap_err().to_string();
-        assert!(err.contains(want), "expected {want:?} in: {err}");
-    };
+    let bad = |from: &str, to: &str, want: &str| rejects_in(RECORDS, from, to, want);
     bad("%3, %n_0, %3, %4", "%3, %n_0, %3, %n_0", "positive constant width");
     bad("%4: i64 = iconst 3", "%4: i64 = iconst 0", "positive constant width");
     bad("%x_1, %x_1, %x_1", "%x_1, %n_0, %x_1", "takes (stack<f64>, i64, i64, f64, f64, f64)");
@@ -171,11 +172,7 @@ fn linearized_takes_a_value_and_pairs_of_f64() {
     let m = parse_module(LINEARIZED).unwrap();
     verify_module(&m).unwrap();
     assert_eq!(print_module(&m), LINEARIZED);
-    let bad = |from: &str, to: &str, want: &str| {
-        let text = LINEARIZED.replacen(from, to, 1);
-        let err = verify_module(&parse_module(&text).unwrap()).unwrap_err().to_string();
-        assert!(err.contains(want), "expected {want:?} in: {err}");
-    };
+    let bad = |from: &str, to: &str, want: &str| rejects_in(LINEARIZED, from, to, want);
     bad("%2, %y_1, %x_0, %x_0, %y_1", "%2, %y_1, %x_0, %x_0", "pairs of a coefficient and a value");
     bad("%3: f64 = linearized", "%3: i64 = linearized", "yields f64");
 }

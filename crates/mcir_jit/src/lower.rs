@@ -234,7 +234,8 @@ struct FnLower<'a, 'b> {
     sole_reservations: HashSet<Value>,
     cursors: HashMap<Value, (CValue, CValue)>,
     /// Stacks made with room for exactly what their sole reservation will ask (see
-    /// `sized_stacks`): the stack, and that reservation's end operand, start and extra.
+    /// `sized_stacks`): the stack, and that reservation's end operand, start, extra and
+    /// width.
     sized_stacks: HashMap<Value, (Value, i64, i64, i64)>,
     /// The stacks this function only pops (`popped_only`), and, once read, each one's
     /// data pointer and its length in a variable: a pop then reads no length that the
@@ -509,7 +510,7 @@ fn popped_only(f: &Function) -> HashSet<Value> {
         .collect()
 }
 
-/// The runs of pops in `f`'s blocks (see `Lowering::pop_runs`): pops of one stack of
+/// The runs of pops in `f`'s blocks (see `FnLower::pop_runs`): pops of one stack of
 /// `popped` (whose length only pops change) that follow each other in a block with
 /// nothing else using that stack between them. A record of several values is popped so.
 fn pop_runs(f: &Function, popped: &HashSet<Value>) -> (HashMap<mcir_ir::Inst, i64>, HashSet<mcir_ir::Inst>) {
