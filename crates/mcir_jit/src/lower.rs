@@ -391,12 +391,20 @@ const EARLY_RECORD_FIELDS: usize = 6;
 /// Room for this many values in a new stack, before it first grows.
 const STACK_FIRST: i64 = 16;
 
-/// The most elements a one-dimensional array made in native code (`zeros(n)`,
-/// `fill(x, n)`, `zeros_like`) may have to be made inline from the arena's window
+/// The most elements an array made in native code (`zeros(n, m)`, `fill(x, n)`,
+/// `zeros_like`; of any rank, and each extent below it too) may have to be made inline from the arena's window
 /// rather than by a runtime call: a call costs about as much as storing 64 elements one
 /// by one, and the runtime fills a longer array faster (an ODE's state of 1000
 /// elements, made on every step, took 60 % longer inline).
 const INLINE_ARRAY_ELEMS: i64 = 64;
+
+/// The shape of an array made inline (`array_from_window`).
+enum Extents {
+    /// The extents given, one to three.
+    Given(Vec<CValue>),
+    /// Those of an existing array of the given rank.
+    Like(CValue, u8),
+}
 
 /// The `stack.reserve`s of `f` whose stack is used by nothing else but `stack.put`s and
 /// being recorded in a tuple or struct (the tape): between such a reservation and a put
@@ -1635,17 +1643,17 @@ impl FnLower<'_, '_> {
         }
     }
 
-    /// A one-dimensional array of `n` 8-byte elements, all `value`: made inline from the
+    /// An array of 8-byte elements of the given shape, all `value`: made inline from the
     /// arena's window when it can be (`array_from_window`), else by the runtime function
     /// `runtime` called with `call`, which also reports an invalid extent.
     fn short_array(
         &mut self,
-        n: CValue,
+        shape: Extents,
         value: CValue,
         runtime: &str,
         call: &[CValue],
     ) -> Result<CValue, String> {
-        let (made, fast) = self.array_from_window(n, value);
+        let (made, fast) = self.array_from_window(shape, value);
         let slow = self.b.create_block();
         let join = self.b.create_block();
         let out = self.b.append_block_param(join, P);
@@ -1658,14 +1666,40 @@ impl FnLower<'_, '_> {
         Ok(out)
     }
 
-    /// A one-dimensional array of `n` 8-byte elements, all `value`, made inline from
-    /// the arena's current window: the header and the elements side by side, as the
-    /// runtime lays them out. Returns whether it was made (`n` is small enough and the
-    /// window has room) and the array; when it was not, nothing was taken and the
-    /// caller asks the runtime, which also reports a negative or too large extent.
-    fn array_from_window(&mut self, n: CValue, value: CValue) -> (CValue, CValue) {
+    /// An array of 8-byte elements of the given shape, all `value`, made inline from the
+    /// arena's current window: the header and the elements side by side, as the runtime
+    /// lays them out. Returns whether it was made (it has fewer than
+    /// `INLINE_ARRAY_ELEMS` elements and the window has room) and the array; when it was
+    /// not, nothing was taken and the caller asks the runtime, which also reports a
+    /// negative or too large extent.
+    fn array_from_window(&mut self, shape: Extents, value: CValue) -> (CValue, CValue) {
         let header = array::HEADER_BYTES as i64;
-        let small = self.b.ins().icmp_imm_s(IntCC::UnsignedLessThan, n, INLINE_ARRAY_ELEMS);
+        // The element count, and whether it is small. Given extents are each tested
+        // first (unsigned, so a negative one is large), so that their product cannot
+        // overflow; the extents of an existing array are valid, their product its length.
+        let (n, small) = match &shape {
+            Extents::Given(dims) => {
+                let mut any = dims[0];
+                for &d in &dims[1..] {
+                    any = self.b.ins().bor(any, d);
+                }
+                let each = self.b.ins().icmp_imm_s(IntCC::UnsignedLessThan, any, INLINE_ARRAY_ELEMS);
+                let mut n = dims[0];
+                for &d in &dims[1..] {
+                    n = self.b.ins().imul(n, d);
+                }
+                if dims.len() == 1 {
+                    (n, each)
+                } else {
+                    let few = self.b.ins().icmp_imm_s(IntCC::UnsignedLessThan, n, INLINE_ARRAY_ELEMS);
+                    (n, self.b.ins().band(each, few))
+                }
+            }
+            Extents::Like(src, _) => {
+                let n = self.b.ins().load(P, header_flags(), *src, array::LEN);
+                (n, self.b.ins().icmp_imm_s(IntCC::UnsignedLessThan, n, INLINE_ARRAY_ELEMS))
+            }
+        };
         let try_window = self.b.create_block();
         let made = self.b.create_block();
         let done = self.b.create_block();
@@ -1689,11 +1723,25 @@ impl FnLower<'_, '_> {
         self.b.switch_to_block(made);
         self.b.ins().store(flags(), q, self.ctx, ctx::BUMP);
         let data = self.b.ins().iadd_imm_s(p, header);
-        let one = self.b.ins().iconst(P, 1);
         self.b.ins().store(flags(), data, p, array::DATA);
         self.b.ins().store(flags(), n, p, array::LEN);
-        self.b.ins().store(flags(), one, p, array::RANK);
-        self.b.ins().store(flags(), n, p, array::DIMS);
+        match &shape {
+            Extents::Given(dims) => {
+                let rank = self.b.ins().iconst(P, dims.len() as i64);
+                self.b.ins().store(flags(), rank, p, array::RANK);
+                for (k, &d) in dims.iter().enumerate() {
+                    self.b.ins().store(flags(), d, p, array::DIMS + 8 * k as i32);
+                }
+            }
+            Extents::Like(src, rank) => {
+                let r = self.b.ins().iconst(P, *rank as i64);
+                self.b.ins().store(flags(), r, p, array::RANK);
+                for k in 0..*rank as i32 {
+                    let d = self.b.ins().load(P, header_flags(), *src, array::DIMS + 8 * k);
+                    self.b.ins().store(flags(), d, p, array::DIMS + 8 * k);
+                }
+            }
+        }
         // The elements, one store each: the arrays made this way are short.
         let fill = self.b.create_block();
         let at = self.b.append_block_param(fill, P);
@@ -2178,9 +2226,9 @@ impl FnLower<'_, '_> {
                     _ => "mc_array_fill_bool",
                 };
                 let v = if kind == ELEM_BOOL { self.b.ins().uextend(P, args[0]) } else { args[0] };
-                if kind != ELEM_BOOL && args.len() == 2 {
+                if kind != ELEM_BOOL {
                     let call = [self.ctx, s, v, rank, dims[0], dims[1], dims[2]];
-                    Some(self.short_array(args[1], args[0], name, &call)?)
+                    Some(self.short_array(Extents::Given(args[1..].to_vec()), args[0], name, &call)?)
                 } else {
                     self.rt_call_checked(name, &[self.ctx, s, v, rank, dims[0], dims[1], dims[2]])
                 }
@@ -2249,13 +2297,14 @@ impl FnLower<'_, '_> {
                 let s = fallible_site(self);
                 let s = self.b.ins().iconst(P, s);
                 let (kind, _, _) = Self::elem_kind(types, arg_ty(0));
-                if kind != ELEM_BOOL && types.as_array(arg_ty(0)).is_some_and(|(_, rank)| rank == 1) {
-                    let n = self.b.ins().load(P, header_flags(), args[0], array::DIMS);
+                let rank = types.as_array(arg_ty(0)).map(|(_, rank)| rank);
+                if let (true, Some(rank @ 1..=3)) = (kind != ELEM_BOOL, rank) {
                     let zero = match kind {
                         ELEM_F64 => self.b.ins().f64const(0.0),
                         _ => self.zero(),
                     };
-                    Some(self.short_array(n, zero, "mc_zeros_like", &[self.ctx, s, args[0]])?)
+                    let shape = Extents::Like(args[0], rank);
+                    Some(self.short_array(shape, zero, "mc_zeros_like", &[self.ctx, s, args[0]])?)
                 } else {
                     self.rt_call_checked("mc_zeros_like", &[self.ctx, s, args[0]])
                 }
