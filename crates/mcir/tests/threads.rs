@@ -1,8 +1,9 @@
 //! Threads the library starts for a call are gone after it: a call with a time limit
-//! runs a watchdog thread, which the call joins. (The kernel may list a joined thread
+//! runs a watchdog thread, which the call joins. The kernel may list a joined thread
 //! for a moment longer, and longer on a busy machine, so the count is read once things
-//! settle, for up to ten seconds; the exact ordering, the thread's exit before the call
-//! returns, is replayed under LeakSanitizer by the input kept in
+//! settle, for up to ten seconds; it may then be lower than before, when the first
+//! call's watchdog was still listed. (The exact ordering, the thread's exit before the
+//! call returns, is replayed under LeakSanitizer by the input kept in
 //! `fuzz/regressions/end_to_end/`.) Alone in its test binary, so that no other test
 //! starts threads meanwhile.
 
@@ -28,7 +29,7 @@ fn calls_with_a_time_limit_leave_no_thread_behind() {
     }
     let settled = (0..1000).any(|_| {
         std::thread::sleep(std::time::Duration::from_millis(10));
-        live_threads() == before
+        live_threads() <= before
     });
     assert!(settled, "{} threads are left after 200 calls, against {before} before", live_threads());
 }
