@@ -8,6 +8,7 @@
 
 pub mod bounds;
 pub mod builder;
+pub mod callgraph;
 pub mod cfg;
 pub mod compact;
 pub mod cse;

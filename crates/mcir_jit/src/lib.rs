@@ -594,56 +594,42 @@ fn touches_arrays(module: &Module, f: &mcir_ir::Function) -> bool {
 /// functions outside any call cycle called only from such functions, outside loops.
 fn runs_once(module: &Module, reachable: &[bool], roots: &[FuncId]) -> Vec<bool> {
     let n = module.funcs.len();
-    // Call sites: (caller, callee, whether the call is inside a loop).
-    let mut calls = Vec::new();
+    let is_reachable = |f: FuncId| reachable.get(f.index()).copied().unwrap_or(false);
+    let graph = mcir_ir::callgraph::CallGraph::of(module, is_reachable);
     let mut has_loop = vec![false; n];
+    // Whether each call site (in `graph.sites()` order) is inside a loop.
+    let mut in_loop = Vec::with_capacity(graph.sites().len());
     for (id, f) in module.funcs.iter() {
-        if !reachable[id.index()] {
+        if !is_reachable(id) {
             continue;
         }
-        let cfg = mcir_ir::cfg::ControlFlow::compute(f);
-        let depths = cfg.loop_depths();
-        has_loop[id.index()] = depths.iter().any(|&d| d > 0);
-        for (b, data) in f.blocks.iter() {
-            for &i in &data.insts {
-                // Native code runs these as loops over the elements, inline (a chain of
-                // maps fused into its `sum`, say): worth optimising like a loop.
-                if loops_over_elements(&f.insts[i].op) {
-                    has_loop[id.index()] = true;
-                }
-                if let mcir_ir::Op::Call(g) = f.insts[i].op {
-                    calls.push((id.index(), g.index(), depths.get(b.index()).is_some_and(|&d| d > 0)));
-                }
-            }
+        let depths = mcir_ir::cfg::ControlFlow::compute(f).loop_depths();
+        // Native code runs these as loops over the elements, inline (a chain of maps
+        // fused into its `sum`, say): worth optimising like a loop.
+        has_loop[id.index()] = depths.iter().any(|&d| d > 0)
+            || f.blocks.values().flat_map(|b| &b.insts).any(|&i| loops_over_elements(&f.insts[i].op));
+        in_loop
+            .extend(graph.calls_from(id).iter().map(|s| depths.get(s.block.index()).is_some_and(|&d| d > 0)));
+    }
+    let is_root: std::collections::HashSet<usize> = roots.iter().map(|r| r.index()).collect();
+    // A function that reaches itself through calls runs any number of times, and so
+    // does one called in a loop or from a function that does: a worklist from those.
+    let mut once: Vec<bool> = (0..n).map(|i| reachable[i] && !graph.is_recursive(FuncId::new(i))).collect();
+    let mut work: Vec<FuncId> = (0..n).filter(|&i| !once[i]).map(FuncId::new).collect();
+    for (site, &looped) in graph.sites().iter().zip(&in_loop) {
+        let callee = site.callee.index();
+        if looped && callee < n && once[callee] && !is_root.contains(&callee) {
+            once[callee] = false;
+            work.push(site.callee);
         }
     }
-    let mut once: Vec<bool> = (0..n).map(|i| reachable[i]).collect();
-    // A function that reaches itself through calls runs any number of times.
-    let candidates: Vec<usize> = (0..n).filter(|&i| once[i]).collect();
-    for start in candidates {
-        let mut seen = vec![false; n];
-        let mut work: Vec<usize> = calls.iter().filter(|c| c.0 == start).map(|c| c.1).collect();
-        while let Some(g) = work.pop() {
-            if g == start {
-                once[start] = false;
-                break;
-            }
-            if g < n && !std::mem::replace(&mut seen[g], true) {
-                work.extend(calls.iter().filter(|c| c.0 == g).map(|c| c.1));
-            }
-        }
-    }
-    let is_root = |g: usize| roots.iter().any(|r| r.index() == g);
-    loop {
-        let mut changed = false;
-        for &(caller, callee, in_loop) in &calls {
-            if callee < n && once[callee] && !is_root(callee) && (in_loop || !once[caller]) {
+    while let Some(f) = work.pop() {
+        for site in graph.calls_from(f) {
+            let callee = site.callee.index();
+            if callee < n && once[callee] && !is_root.contains(&callee) {
                 once[callee] = false;
-                changed = true;
+                work.push(site.callee);
             }
-        }
-        if !changed {
-            break;
         }
     }
     (0..n).map(|i| once[i] && !has_loop[i]).collect()
