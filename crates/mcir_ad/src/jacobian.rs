@@ -28,6 +28,15 @@ use mcir_ir::{FBinOp, FUnOp, Function, Op, Terminator, TypeTable, Value};
 /// module docs for why not two).
 const MAX_COTANGENTS: usize = 1;
 
+/// The most values a reverse pass may read from its record for its Jacobian to be stored.
+/// The forward pass then computes the reverse pass's arithmetic after its own, so each
+/// value read stays live from where it is made to where the adjoint reaches it: in a
+/// long straight-line function (thousands of statements, with a call to `sin` on every
+/// line, across which nothing stays in a register) register allocation grows with the
+/// number of values live at each call, and the compile time with its square. Such a
+/// function keeps its record, which it fills as it goes.
+const MAX_RECORD_FIELDS: usize = 256;
+
 /// One coefficient of a linear form: symbolic when it is zero (so that it costs nothing,
 /// as a zero adjoint does) and folded when it is a constant (so that it is not stored).
 #[derive(Copy, Clone, Debug, PartialEq)]
@@ -107,6 +116,9 @@ fn jacobian_passes(
         out.blocks[block].insts.iter().position(|&i| out.insts[i].op == Op::StructNew(rule.tape_sid))?;
     let record_inst = out.blocks[block].insts[record_at];
     let fields = out.insts[record_inst].args.clone();
+    if fields.len() > MAX_RECORD_FIELDS {
+        return None;
+    }
     let first_new = out.blocks[block].insts.len();
     let span = out.insts[record_inst].span;
 

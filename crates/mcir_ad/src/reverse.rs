@@ -80,6 +80,9 @@ pub(crate) struct Reverse<'a> {
     cur_pos: usize,
     last_write_before_current: Option<usize>,
     reloaded: HashMap<Value, Value>,
+    /// The block and position of each instruction of the primal (by index), for the
+    /// instructions of its blocks.
+    inst_pos: Vec<Option<(Block, usize)>>,
     /// Primal values that the adjoint of a product or quotient reads whatever else is
     /// recomputed (see [`read_by_products`]): a product of them is computed again from
     /// them instead of being taped.
@@ -385,6 +388,7 @@ impl<'a> Reverse<'a> {
             adj: HashMap::new(),
             cur_pos: 0,
             last_write_before_current: None,
+            inst_pos: Vec::new(),
             reloaded: HashMap::new(),
             read_anyway,
             never_written: never_written_arrays(primal),
@@ -641,7 +645,7 @@ impl<'a> Reverse<'a> {
             _ => return Ok(None),
         };
         let args = d.args.clone();
-        let Some(pos) = self.primal.blocks[self.cur].insts.iter().position(|&i| i == inst) else {
+        let Some(pos) = self.position_in_current_block(inst) else {
             return Ok(None);
         };
         if pos >= self.cur_pos {
@@ -700,7 +704,7 @@ impl<'a> Reverse<'a> {
         if !matches!(self.primal.insts[load].op, Op::Load | Op::TrustedLoad) {
             return Ok(None);
         }
-        let here = self.primal.blocks[self.cur].insts.iter().position(|&i| i == load);
+        let here = self.position_in_current_block(load);
         let unchanged_since = here
             .is_some_and(|pos| pos < self.cur_pos && self.last_write_before_current.is_none_or(|w| w <= pos));
         let array_ty = self.primal.value_type(self.primal.insts[load].args[0]);
@@ -1084,10 +1088,18 @@ impl<'a> Reverse<'a> {
         }
         let data = &primal.blocks[b];
         self.reloaded.clear();
+        // For each position, the last instruction before it that may write memory.
+        let mut last_write_before = Vec::with_capacity(data.insts.len());
+        let mut last = None;
+        for (pos, &i) in data.insts.iter().enumerate() {
+            last_write_before.push(last);
+            if writes_memory(&primal.insts[i].op) {
+                last = Some(pos);
+            }
+        }
         for (pos, &inst) in data.insts.iter().enumerate().rev() {
             self.cur_pos = pos;
-            self.last_write_before_current =
-                data.insts[..pos].iter().rposition(|&i| writes_memory(&primal.insts[i].op));
+            self.last_write_before_current = last_write_before[pos];
             let d = &primal.insts[inst];
             self.e.span = d.span;
             self.corrupting = match &self.corrupt {
@@ -2121,8 +2133,24 @@ impl<'a> Reverse<'a> {
         self.e.tuple(self.types, items)
     }
 
+    /// The position of `inst` in the block being reversed, if it is there.
+    fn position_in_current_block(&self, inst: mcir_ir::Inst) -> Option<usize> {
+        match self.inst_pos.get(inst.index()).copied().flatten() {
+            Some((b, pos)) if b == self.cur => Some(pos),
+            _ => None,
+        }
+    }
+
     /// Builds the whole reverse pass; `edges` are the primal in-edges of each block.
     pub fn build_all(&mut self, edges: &[Vec<Edge>]) -> Result<(), AdError> {
+        self.inst_pos = vec![None; self.primal.insts.len()];
+        for (b, data) in self.primal.blocks.iter() {
+            for (pos, &i) in data.insts.iter().enumerate() {
+                if let Some(slot) = self.inst_pos.get_mut(i.index()) {
+                    *slot = Some((b, pos));
+                }
+            }
+        }
         self.build()?;
         for (b, _) in self.primal.blocks.iter().rev() {
             self.block(b, &edges[b.index()])?;

@@ -16,7 +16,7 @@ use crate::entity::EntityRef;
 use crate::function::*;
 use crate::op::Op;
 use crate::types::TypeTable;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// What identifies an operation apart from its operands: two with equal keys on equal
 /// operands compute the same value, when they are pure (or, for loads, when nothing
@@ -73,8 +73,8 @@ pub fn eliminate_common_subexpressions(mut f: Function, types: &TypeTable) -> Fu
             }
         }
     }
-    let mut subst: HashMap<Value, Value> = HashMap::new();
-    let mut seen: HashMap<(OpKey, Vec<Value>), Value> = HashMap::new();
+    let mut subst: HashMap<Value, Value> = HashMap::default();
+    let mut seen: HashMap<(OpKey, Vec<Value>), Value> = HashMap::default();
     // Depth-first down the dominator tree; each block's entries leave the table when
     // the walk leaves the block's subtree.
     enum Step {
@@ -93,17 +93,22 @@ pub fn eliminate_common_subexpressions(mut f: Function, types: &TypeTable) -> Fu
             }
         };
         let mut added = Vec::new();
-        let mut constants: HashMap<OpKey, Value> = HashMap::new();
+        let mut constants: HashMap<OpKey, Value> = HashMap::default();
         let insts = std::mem::take(&mut f.blocks[b].insts);
         let mut kept = Vec::with_capacity(insts.len());
         for i in insts {
-            let args: Vec<Value> = f.insts[i].args.iter().map(|a| *subst.get(a).unwrap_or(a)).collect();
-            f.insts[i].args = args.clone();
+            if !subst.is_empty() {
+                for a in f.insts[i].args.iter_mut() {
+                    if let Some(&to) = subst.get(a) {
+                        *a = to;
+                    }
+                }
+            }
             let (Some(r), Some(k)) = (f.insts[i].result, key(types, &f.insts[i].op)) else {
                 kept.push(i);
                 continue;
             };
-            if args.is_empty() {
+            if f.insts[i].args.is_empty() {
                 // A constant: merged within its block only, so that each block keeps the
                 // constants it uses beside it (where a loop's pattern is recognised).
                 match constants.get(&k) {
@@ -117,13 +122,13 @@ pub fn eliminate_common_subexpressions(mut f: Function, types: &TypeTable) -> Fu
                 }
                 continue;
             }
-            match seen.get(&(k, args.clone())) {
-                Some(&v) => {
-                    subst.insert(r, v);
+            match seen.entry((k, f.insts[i].args.clone())) {
+                std::collections::hash_map::Entry::Occupied(e) => {
+                    subst.insert(r, *e.get());
                 }
-                None => {
-                    seen.insert((k, args.clone()), r);
-                    added.push((k, args));
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    added.push(e.key().clone());
+                    e.insert(r);
                     kept.push(i);
                 }
             }

@@ -245,7 +245,10 @@ impl Function {
     /// chains (`a → b → c` reads `c`): what a pass that found values equal to others does
     /// once it knows them all. Each replacement must be a value defined before the one it
     /// replaces, so that chains end.
-    pub fn substitute(&mut self, subst: &std::collections::HashMap<Value, Value>) {
+    pub fn substitute<S: std::hash::BuildHasher>(
+        &mut self,
+        subst: &std::collections::HashMap<Value, Value, S>,
+    ) {
         if subst.is_empty() {
             return;
         }

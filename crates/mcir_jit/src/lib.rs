@@ -427,6 +427,7 @@ impl JitBuilder {
                     in_registers: &self.in_registers,
                     runtime: &self.runtime,
                     sites: &mut self.sites,
+                    compact: runs_once[id.index()],
                 };
                 l.lower(id, &mut func, &mut self.fctx).map_err(|e| JitError(format!("@{}: {e}", f.name)))?;
             }

@@ -182,6 +182,10 @@ pub(crate) struct Lowering<'a> {
     pub in_registers: &'a [bool],
     pub runtime: &'a HashMap<&'static str, CFuncId>,
     pub sites: &'a mut Sites,
+    /// Whether the function runs once per call from Rust (compiled for speed of
+    /// compiling): its code is kept short, with `exp` a call to the runtime rather than
+    /// forty instructions inline (the same operations, so the same result).
+    pub compact: bool,
 }
 
 struct FnLower<'a, 'b> {
@@ -2070,7 +2074,7 @@ impl FnLower<'_, '_> {
             FUnOp::Abs => self.b.ins().fabs(x),
             FUnOp::Floor => self.b.ins().floor(x),
             FUnOp::Ceil => self.b.ins().ceil(x),
-            FUnOp::Exp => self.exp_inline(x),
+            FUnOp::Exp if !self.l.compact => self.exp_inline(x),
             FUnOp::Sign => {
                 let zero = self.b.ins().f64const(0.0);
                 let one = self.b.ins().f64const(1.0);
