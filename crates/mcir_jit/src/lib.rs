@@ -385,9 +385,15 @@ impl JitBuilder {
                 )));
             }
         }
+        let mut is_root = vec![false; n];
+        for r in roots {
+            if let Some(x) = is_root.get_mut(r.index()) {
+                *x = true;
+            }
+        }
         for (id, f) in module.funcs.iter() {
             if reachable[id.index()] {
-                let in_registers = !roots.contains(&id) && lower::register_fields(&module.types, f).is_some();
+                let in_registers = !is_root[id.index()] && lower::register_fields(&module.types, f).is_some();
                 self.in_registers[id.index()] = in_registers;
                 let sig = lower::signature(&self.jit, &module.types, f, in_registers);
                 let cid = self

@@ -18,7 +18,9 @@ use std::sync::{mpsc, Arc, Condvar, Mutex, OnceLock};
 pub(crate) struct Job {
     pub id: CFuncId,
     pub name: String,
-    pub func: Function,
+    /// Boxed: a module of thousands of functions queues thousands of jobs, and the
+    /// queue moves them as it grows.
+    pub func: Box<Function>,
     /// How the function is compiled.
     pub tier: Tier,
     pub code: Option<Result<MachineCode, JitError>>,
@@ -26,7 +28,7 @@ pub(crate) struct Job {
 
 impl Job {
     pub fn new(id: CFuncId, name: String, func: Function, tier: Tier) -> Job {
-        Job { id, name, func, tier, code: None }
+        Job { id, name, func: Box::new(func), tier, code: None }
     }
 }
 
@@ -125,7 +127,7 @@ impl Batch {
                     s = self.changed.wait(s).unwrap_or_else(|p| p.into_inner());
                 }
             };
-            let func = std::mem::replace(&mut job.func, Function::new());
+            let func = *std::mem::replace(&mut job.func, Box::new(Function::new()));
             let compiled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 compile(ctx, &*self.isas[job.tier as usize], job.tier, self.dump, func, job.id, &job.name)
             }));
