@@ -108,6 +108,11 @@ pub(crate) struct FnLower<'g> {
     /// Whether control can reach `cur` (false after `return`, `break`, `continue`).
     pub reachable: bool,
     scopes: Vec<Vec<(String, Binding)>>,
+    /// Where each name is bound, innermost last (scope, position in it): a lookup
+    /// takes one step, where searching the scopes took one per binding in them (every
+    /// name a long function uses but does not bind, `sin` or a parameter, went past all
+    /// its `let`s).
+    bound_at: std::collections::HashMap<String, Vec<(usize, usize)>>,
     /// Current SSA value of every live `let mut` variable, by variable number.
     vars: Vec<Value>,
     var_names: Vec<String>,
@@ -256,6 +261,7 @@ impl<'g> FnLower<'g> {
             cur: entry,
             reachable: true,
             scopes: vec![Vec::new()],
+            bound_at: std::collections::HashMap::new(),
             vars: Vec::new(),
             var_names: Vec::new(),
             loops: Vec::new(),
@@ -450,7 +456,8 @@ impl<'g> FnLower<'g> {
     // ---------------------------------------------------------------- scopes
 
     pub(crate) fn lookup(&self, name: &str) -> Option<&Binding> {
-        self.scopes.iter().rev().flat_map(|s| s.iter().rev()).find(|(n, _)| n == name).map(|(_, b)| b)
+        let &(scope, pos) = self.bound_at.get(name)?.last()?;
+        self.scopes.get(scope)?.get(pos).map(|(_, b)| b)
     }
 
     /// The current value of a binding.
@@ -464,8 +471,22 @@ impl<'g> FnLower<'g> {
     }
 
     pub(crate) fn bind(&mut self, name: &str, b: Binding) {
+        let depth = self.scopes.len();
         if let Some(scope) = self.scopes.last_mut() {
+            self.bound_at.entry(name.to_string()).or_default().push((depth - 1, scope.len()));
             scope.push((name.to_string(), b));
+        }
+    }
+
+    fn push_scope(&mut self) {
+        self.scopes.push(Vec::new());
+    }
+
+    fn pop_scope(&mut self) {
+        for (name, _) in self.scopes.pop().unwrap_or_default().iter().rev() {
+            if let Some(at) = self.bound_at.get_mut(name) {
+                at.pop();
+            }
         }
     }
 
@@ -479,12 +500,12 @@ impl<'g> FnLower<'g> {
     }
 
     fn block(&mut self, b: &ast::Block) {
-        self.scopes.push(Vec::new());
+        self.push_scope();
         let live = self.vars.len();
         for s in &b.stmts {
             self.stmt(s);
         }
-        self.scopes.pop();
+        self.pop_scope();
         self.vars.truncate(live);
         self.var_names.truncate(live);
     }
@@ -828,16 +849,17 @@ impl<'g> FnLower<'g> {
         self.switch_to(body_b, reachable);
         let latch = self.new_join();
         self.loops.push(LoopCtx { continue_to: ContinueTarget::Latch(latch), exit });
-        self.scopes.push(vec![(
-            var.name.clone(),
+        self.push_scope();
+        self.bind(
+            &var.name,
             Binding::Fixed {
                 value: Typed { v: i, ty: TypeTable::I64 },
                 kind: FixedKind::ForVar,
                 span: var.span,
             },
-        )]);
+        );
         self.block(body);
-        self.scopes.pop();
+        self.pop_scope();
         let Some(mut lp) = self.loops.pop() else { return Ok(()) };
         if let ContinueTarget::Latch(mut latch) = std::mem::replace(
             &mut lp.continue_to,
