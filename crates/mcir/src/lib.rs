@@ -268,14 +268,19 @@ impl Program {
 
     /// The IR as native code compiles it: after optimisation, with loops around a
     /// reduction run several iterations side by side (`mcc ir --native`,
-    /// `mcir_ir::jam`).
+    /// `mcir_ir::jam`), and loops giving back their iterations' memory
+    /// (`mcir_ir::reclaim`).
     pub fn native_ir_text(&self, func: Option<FuncId>) -> String {
         match func {
             Some(f) => native_text(&self.module, f),
             None => {
                 let mut module = self.module.clone();
+                let escapes = mcir_ir::reclaim::Escapes::of(&self.module);
                 for (id, f) in self.module.funcs.iter() {
-                    if let std::borrow::Cow::Owned(j) = mcir_ir::jam::as_compiled(&self.module, f) {
+                    let compiled = mcir_ir::jam::as_compiled(&self.module, f);
+                    if let Some(r) = mcir_ir::reclaim::for_engines(&compiled, &escapes) {
+                        module.funcs[id] = r;
+                    } else if let std::borrow::Cow::Owned(j) = compiled {
                         module.funcs[id] = j;
                     }
                 }
@@ -366,5 +371,15 @@ fn compile_module(
 
 /// Function `id` of `module` as native code compiles it (see [`Program::native_ir_text`]).
 pub fn native_text(module: &Module, id: FuncId) -> String {
-    mcir_ir::print_function(module, &mcir_ir::jam::as_compiled(module, &module.funcs[id]))
+    native_text_with(module, id, &mcir_ir::reclaim::Escapes::of(module))
+}
+
+/// [`native_text`] with the module's `escapes` (`mcir_ir::reclaim::Escapes::of`) made
+/// once, for printing many of its functions.
+pub fn native_text_with(module: &Module, id: FuncId, escapes: &mcir_ir::reclaim::Escapes) -> String {
+    let compiled = mcir_ir::jam::as_compiled(module, &module.funcs[id]);
+    match mcir_ir::reclaim::for_engines(&compiled, escapes) {
+        Some(f) => mcir_ir::print_function(module, &f),
+        None => mcir_ir::print_function(module, &compiled),
+    }
 }

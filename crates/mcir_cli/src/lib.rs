@@ -852,7 +852,20 @@ fn cmd_ir(
         // Every stage prints a complete module: the functions asked for, then what they
         // call, and the structs they use (mcir::listing).
         let plain = |m: &mcir::Module, f: mcir::FuncId| mcir::ir::print_function(m, &m.funcs[f]);
-        let compiled = |m: &mcir::Module, f: mcir::FuncId| mcir::native_text(m, f);
+        // What the module's functions may keep alive, found once per module printed.
+        let escapes: std::cell::RefCell<
+            Option<(*const mcir::Module, std::rc::Rc<mcir::ir::reclaim::Escapes>)>,
+        > = Default::default();
+        let compiled = |m: &mcir::Module, f: mcir::FuncId| {
+            let known =
+                escapes.borrow().as_ref().filter(|(at, _)| std::ptr::eq(*at, m)).map(|(_, e)| e.clone());
+            let e = known.unwrap_or_else(|| {
+                let e = std::rc::Rc::new(mcir::ir::reclaim::Escapes::of(m));
+                *escapes.borrow_mut() = Some((m as *const mcir::Module, e.clone()));
+                e
+            });
+            mcir::native_text_with(m, f, &e)
+        };
         let print: mcir::listing::PrintFn<'_> = if native { &compiled } else { &plain };
         let primal = if opt { program.module() } else { program.written_module() };
         if stage == Stage::Primal {

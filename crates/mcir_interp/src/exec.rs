@@ -193,6 +193,11 @@ struct Frame {
 /// Runs functions of one module.
 pub struct Interpreter<'m> {
     module: &'m Module,
+    /// The functions as both engines run them (`mcir_ir::reclaim::for_engines`: loops
+    /// give back their iterations' memory, which here lowers the count against the
+    /// limit), by function index; `None` for one that runs as written. Made on the first
+    /// call.
+    runnable: Option<Rc<Vec<Option<Function>>>>,
     limits: Limits,
     /// Bytes the current call has allocated, counted against `limits.max_memory_bytes`.
     allocated: u64,
@@ -203,7 +208,7 @@ pub struct Interpreter<'m> {
 impl<'m> Interpreter<'m> {
     /// An interpreter for `module`, which must pass the verifier.
     pub fn new(module: &'m Module, limits: Limits) -> Self {
-        Interpreter { module, limits, allocated: 0, print: Box::new(|s| eprintln!("{s}")) }
+        Interpreter { module, runnable: None, limits, allocated: 0, print: Box::new(|s| eprintln!("{s}")) }
     }
 
     /// Sends the output of `print` to `sink` instead of standard error.
@@ -216,13 +221,31 @@ impl<'m> Interpreter<'m> {
     pub fn call(&mut self, func: FuncId, args: Vec<Val>) -> Result<Option<Val>, RuntimeError> {
         let deadline = self.limits.timeout.map(|t| (Instant::now() + t, t));
         self.allocated = 0;
-        let mut frames: Vec<Frame> = vec![self.frame(func, args, None)];
+        let runnable = match &self.runnable {
+            Some(r) => Rc::clone(r),
+            None => {
+                let escapes = mcir_ir::reclaim::Escapes::of(self.module);
+                let r: Rc<Vec<Option<Function>>> = Rc::new(
+                    self.module.funcs.values().map(|f| mcir_ir::reclaim::for_engines(f, &escapes)).collect(),
+                );
+                self.runnable = Some(Rc::clone(&r));
+                r
+            }
+        };
+        let module = self.module;
+        let function = |id: FuncId| -> &Function {
+            match runnable.get(id.index()) {
+                Some(Some(f)) => f,
+                _ => &module.funcs[id],
+            }
+        };
+        let mut frames: Vec<Frame> = vec![new_frame(function(func), func, args, None)];
         let mut steps: u64 = 0;
         loop {
             steps += 1;
             let depth = frames.len();
             let frame = frames.last_mut().ok_or_else(|| internal_error("no frame"))?;
-            let f = &self.module.funcs[frame.func];
+            let f = function(frame.func);
             let bdata = &f.blocks[frame.block];
             if steps.is_multiple_of(1024) {
                 if let Some((at, limit)) = deadline {
@@ -250,7 +273,7 @@ impl<'m> Interpreter<'m> {
                         return Err(fail(Kind::RecursionTooDeep(self.limits.max_call_depth)));
                     }
                     let args: Vec<Val> = d.args.iter().map(|a| frame.regs[a.index()].clone()).collect();
-                    let new = self.frame(callee, args, d.result);
+                    let new = new_frame(function(callee), callee, args, d.result);
                     frames.push(new);
                     continue;
                 }
@@ -285,15 +308,6 @@ impl<'m> Interpreter<'m> {
                 }
             }
         }
-    }
-
-    fn frame(&self, func: FuncId, args: Vec<Val>, ret_dest: Option<Value>) -> Frame {
-        let f = &self.module.funcs[func];
-        let mut regs = vec![Val::Unit; f.values.len()];
-        for (&p, a) in f.param_values().iter().zip(args) {
-            regs[p.index()] = a;
-        }
-        Frame { func, regs, block: f.entry(), pos: 0, ret_dest }
     }
 
     fn alloc_check(&self, count: usize) -> Result<(), Kind> {
@@ -973,4 +987,13 @@ fn map_binary<T: Elem>(a: &[&Val], op: impl Fn(T, T) -> Result<T, Kind>) -> Resu
         _ => return Err(bad()),
     };
     Ok(Val::Array(Array::new(shape, T::wrap(out))))
+}
+
+/// A frame for a call of `f` (function `func`) with `args`.
+fn new_frame(f: &Function, func: FuncId, args: Vec<Val>, ret_dest: Option<Value>) -> Frame {
+    let mut regs = vec![Val::Unit; f.values.len()];
+    for (&p, a) in f.param_values().iter().zip(args) {
+        regs[p.index()] = a;
+    }
+    Frame { func, regs, block: f.entry(), pos: 0, ret_dest }
 }

@@ -376,6 +376,14 @@ impl JitBuilder {
             }
         }
         let runs_once = runs_once(module, &reachable, roots);
+        // Compiled for speed of compiling: code that runs once per call, and functions
+        // so large that optimising them would take longer than any run.
+        let quick: Vec<bool> = module
+            .funcs
+            .iter()
+            .map(|(id, f)| runs_once[id.index()] || f.insts.len() > LARGE_FUNCTION_INSTS)
+            .collect();
+        let escapes = mcir_ir::reclaim::Escapes::of(module);
         // Declarations first: bodies call functions declared in this step or before.
         for &r in roots {
             if self.in_registers.get(r.index()).copied().unwrap_or(false) {
@@ -433,14 +441,15 @@ impl JitBuilder {
                     in_registers: &self.in_registers,
                     runtime: &self.runtime,
                     sites: &mut self.sites,
-                    compact: runs_once[id.index()],
+                    compact: quick[id.index()],
+                    escapes: &escapes,
                 };
                 l.lower(id, &mut func, &mut self.fctx).map_err(|e| JitError(format!("@{}: {e}", f.name)))?;
             }
             if std::env::var_os("MCIR_JIT_CLIF").is_some() {
                 eprintln!("; @{}\n{}", f.name, func.display());
             }
-            let tier = if runs_once[id.index()] {
+            let tier = if quick[id.index()] {
                 Tier::Quick
             } else if f.is_reverse_pass() && !touches_arrays(module, f) {
                 Tier::InOrder
@@ -594,6 +603,13 @@ fn touches_arrays(module: &Module, f: &mcir_ir::Function) -> bool {
         data.args.iter().any(is_array) || data.result.as_ref().is_some_and(is_array)
     })
 }
+
+/// The most IR instructions a function may have to be optimised. Cranelift's
+/// optimisation and its backtracking register allocator take time that grows faster than
+/// the function (the reverse pass of a straight-line function of 8 000 statements, 72 000
+/// Cranelift instructions, took 14.4 s to optimise and 0.16 s to compile quickly); the
+/// largest function of the benchmarks has about 2 000.
+const LARGE_FUNCTION_INSTS: usize = 20_000;
 
 /// The functions (by index) that run at most once per call from Rust and have no loop
 /// (in the IR, or over array elements in native code), so that compiling them quickly

@@ -186,6 +186,8 @@ pub(crate) struct Lowering<'a> {
     /// compiling): its code is kept short, with `exp` a call to the runtime rather than
     /// forty instructions inline (the same operations, so the same result).
     pub compact: bool,
+    /// What each function of the module may keep alive, for `mcir_ir::reclaim`.
+    pub escapes: &'a mcir_ir::reclaim::Escapes,
 }
 
 struct FnLower<'a, 'b> {
@@ -216,6 +218,11 @@ struct FnLower<'a, 'b> {
     early_fields: HashMap<Value, Vec<(mcir_ir::Inst, usize)>>,
     /// Whether the function gives arena memory back (`arena.release`).
     releases_arena: bool,
+    /// How array headers are read: as memory that never changes (`header_flags`), so
+    /// that loads of extents and data pointers can be hoisted and merged; but plainly
+    /// in a function that gives memory back, where an array made after a release may
+    /// have its header where an earlier array's was.
+    header_loads: MemFlagsData,
     /// Whether the function returns its tuple's fields in registers.
     returns_fields: bool,
     /// The tuples that live in registers (`register_tuples`), and once lowered, their
@@ -613,7 +620,9 @@ impl<'a> Lowering<'a> {
     ) -> Result<(), String> {
         // Loops around reductions run several iterations side by side (`mcir_ir::jam`).
         let compiled = mcir_ir::jam::as_compiled(self.module, &self.module.funcs[func]);
-        let f = &*compiled;
+        // Loops give back their iterations' memory, as on the interpreter.
+        let reclaimed = mcir_ir::reclaim::for_engines(&compiled, self.escapes);
+        let f = reclaimed.as_ref().unwrap_or(&*compiled);
         let returns_fields = self.in_registers.get(func.index()).copied().unwrap_or(false);
         clif.signature = signature(self.jit, &self.module.types, f, returns_fields);
         clif.name = UserFuncName::user(0, func.index() as u32);
@@ -651,6 +660,11 @@ impl<'a> Lowering<'a> {
             early_records: HashMap::new(),
             early_fields: HashMap::new(),
             releases_arena: f.insts.iter().any(|(_, d)| matches!(d.op, Op::ArenaRelease)),
+            header_loads: if f.insts.iter().any(|(_, d)| matches!(d.op, Op::ArenaRelease)) {
+                flags()
+            } else {
+                header_flags()
+            },
             returns_fields,
             register_tuples,
             tuple_fields: HashMap::new(),
@@ -1123,7 +1137,7 @@ impl FnLower<'_, '_> {
                 }
                 tested.push((a, dim, idx));
                 let arr = self.v(a)?;
-                let extent = self.b.ins().load(P, header_flags(), arr, array::DIMS + 8 * dim as i32);
+                let extent = self.b.ins().load(P, self.header_loads, arr, array::DIMS + 8 * dim as i32);
                 let bad = if moves {
                     // The copies reach `lowest..=lowest + factor - 1`: in bounds when
                     // `lowest` is below `extent - (factor - 1)` (unsigned, so that a
@@ -1144,8 +1158,8 @@ impl FnLower<'_, '_> {
         }
         for &(a, b) in distinct {
             let (a, b) = (self.v(a)?, self.v(b)?);
-            let da = self.b.ins().load(P, header_flags(), a, array::DATA);
-            let db = self.b.ins().load(P, header_flags(), b, array::DATA);
+            let da = self.b.ins().load(P, self.header_loads, a, array::DATA);
+            let db = self.b.ins().load(P, self.header_loads, b, array::DATA);
             let same = self.b.ins().icmp(IntCC::Equal, da, db);
             short = self.b.ins().bor(short, same);
         }
@@ -1468,7 +1482,7 @@ impl FnLower<'_, '_> {
             let check = site.filter(|_| !proven.get(d).copied().unwrap_or(false));
             // The innermost extent is needed only for the check.
             let ext = if check.is_some() || d > 0 {
-                self.b.ins().load(P, header_flags(), a, array::DIMS + 8 * d as i32)
+                self.b.ins().load(P, self.header_loads, a, array::DIMS + 8 * d as i32)
             } else {
                 i
             };
@@ -1486,7 +1500,7 @@ impl FnLower<'_, '_> {
             });
         }
         let flat = flat.unwrap_or_else(|| self.b.ins().iconst(P, 0));
-        let data = self.b.ins().load(P, header_flags(), a, array::DATA);
+        let data = self.b.ins().load(P, self.header_loads, a, array::DATA);
         let off = if elem_bytes == 1 { flat } else { self.b.ins().imul_imm_s(flat, elem_bytes) };
         self.b.ins().iadd(data, off)
     }
@@ -1543,7 +1557,7 @@ impl FnLower<'_, '_> {
         // Bytes per unit of index `dim`: the element size times the later extents.
         let mut stride = self.b.ins().iconst(P, elem_bytes);
         for k in dim + 1..idx.len() {
-            let ext = self.b.ins().load(P, header_flags(), a, array::DIMS + 8 * k as i32);
+            let ext = self.b.ins().load(P, self.header_loads, a, array::DIMS + 8 * k as i32);
             stride = self.b.ins().imul(stride, ext);
         }
         if let Some(st) = self.stepped.as_mut() {
@@ -1700,7 +1714,7 @@ impl FnLower<'_, '_> {
                 }
             }
             Extents::Like(src, _) => {
-                let n = self.b.ins().load(P, header_flags(), *src, array::LEN);
+                let n = self.b.ins().load(P, self.header_loads, *src, array::LEN);
                 (n, self.b.ins().icmp_imm_s(IntCC::UnsignedLessThan, n, INLINE_ARRAY_ELEMS))
             }
         };
@@ -1741,7 +1755,7 @@ impl FnLower<'_, '_> {
                 let r = self.b.ins().iconst(P, *rank as i64);
                 self.b.ins().store(flags(), r, p, array::RANK);
                 for k in 0..*rank as i32 {
-                    let d = self.b.ins().load(P, header_flags(), *src, array::DIMS + 8 * k);
+                    let d = self.b.ins().load(P, self.header_loads, *src, array::DIMS + 8 * k);
                     self.b.ins().store(flags(), d, p, array::DIMS + 8 * k);
                 }
             }
@@ -1814,7 +1828,7 @@ impl FnLower<'_, '_> {
                 if let Some(pr) = self.f.insts[p].result {
                     self.vals[pr.index()] = Some(out);
                 }
-                let data = self.b.ins().load(P, header_flags(), out, array::DATA);
+                let data = self.b.ins().load(P, self.header_loads, out, array::DATA);
                 Elem::SinCos(*op, Box::new(x), data)
             }
             Op::MapFUnary(op) => Elem::Unary(*op, Box::new(self.fused_elem(d.args[0], arrays, checked)?)),
@@ -1889,14 +1903,14 @@ impl FnLower<'_, '_> {
             self.rt_call_checked("mc_same_shape", &[self.ctx, s, arrays[a], arrays[b]]);
         }
         let first = *arrays.first().ok_or("a fused map reads no array")?;
-        let n = self.b.ins().load(P, header_flags(), first, array::LEN);
+        let n = self.b.ins().load(P, self.header_loads, first, array::LEN);
         // `add_into` and `copy_into` write their destination, whose shape they check last.
         let dst = if into {
             let dst = self.v(d.args[0])?;
             let site = self.site(d.span);
             let s = self.b.ins().iconst(P, site);
             self.rt_call_checked("mc_same_shape", &[self.ctx, s, dst, first]);
-            Some(self.b.ins().load(P, header_flags(), dst, array::DATA))
+            Some(self.b.ins().load(P, self.header_loads, dst, array::DATA))
         } else {
             None
         };
@@ -1906,10 +1920,10 @@ impl FnLower<'_, '_> {
             let site = self.site(d.span);
             let s = self.b.ins().iconst(P, site);
             let out = self.rt_call_checked("mc_array_like", &[self.ctx, s, first]).ok_or("no array")?;
-            Some((out, self.b.ins().load(P, header_flags(), out, array::DATA)))
+            Some((out, self.b.ins().load(P, self.header_loads, out, array::DATA)))
         };
         let data: Vec<CValue> =
-            arrays.iter().map(|&a| self.b.ins().load(P, header_flags(), a, array::DATA)).collect();
+            arrays.iter().map(|&a| self.b.ins().load(P, self.header_loads, a, array::DATA)).collect();
         let header = self.b.create_block();
         let body = self.b.create_block();
         let exit = self.b.create_block();
@@ -2257,11 +2271,11 @@ impl FnLower<'_, '_> {
                 Some(hdr)
             }
             Op::ArrayDim(dim) => {
-                Some(self.b.ins().load(P, header_flags(), args[0], array::DIMS + 8 * *dim as i32))
+                Some(self.b.ins().load(P, self.header_loads, args[0], array::DIMS + 8 * *dim as i32))
             }
             Op::ExpectDim(dim) => {
                 let site = fallible_site(self);
-                let extent = self.b.ins().load(P, header_flags(), args[0], array::DIMS + 8 * *dim as i32);
+                let extent = self.b.ins().load(P, self.header_loads, args[0], array::DIMS + 8 * *dim as i32);
                 let other = self.b.ins().icmp(IntCC::NotEqual, extent, args[1]);
                 let k = self.b.ins().iconst(P, i64::from(*dim));
                 self.check(other, site, FAIL_EXTENT, [k, extent, args[1]]);
@@ -2456,7 +2470,7 @@ impl FnLower<'_, '_> {
                 // needed (a step's tape record is read field by field through the
                 // reverse step, not all at its start).
                 let t = machine_type(result_ty.ok_or("field read without result")?);
-                Some(self.b.ins().load(t, header_flags(), args[0], 8 * *k as i32))
+                Some(self.b.ins().load(t, self.header_loads, args[0], 8 * *k as i32))
             }
             Op::TupleGet(k) | Op::StructGet(_, k) | Op::MutLoad(_, k) => {
                 let t = machine_type(result_ty.ok_or("field read without result")?);
@@ -2513,6 +2527,10 @@ impl FnLower<'_, '_> {
             }
             Op::ArenaMark => Some(self.b.ins().load(P, flags(), self.ctx, ctx::BUMP)),
             Op::ArenaRelease => {
+                // Always through the runtime: a call, after which Cranelift reads the
+                // bump pointer afresh. Moved back inline, the pointer would be the mark
+                // again, an array made at it the same address as the last iteration's,
+                // and its header's extents (read-only loads) merged with that array's.
                 self.rt_call("mc_arena_release", &[self.ctx, args[0]]);
                 // What the block's piece still holds may lie past the mark: take a new one.
                 self.piece = None;

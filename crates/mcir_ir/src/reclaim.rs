@@ -1,0 +1,347 @@
+//! Memory given back at the end of each loop iteration. Native code allocates from a
+//! per-call arena and frees nothing until the call returns, so a loop that makes an
+//! array in every iteration would hold all of them; the interpreter frees each once
+//! unused, but counts every allocation against the call's memory limit. A loop whose
+//! iterations' arrays cannot be reached once the iteration ends instead takes an
+//! `arena.mark` as each iteration begins and `arena.release`s to it on each back edge:
+//! native code reuses the memory, and the interpreter's count goes back (both engines
+//! run the function this pass gives, `for_engines`).
+//!
+//! **The invariant.** Nothing allocated after an iteration's mark is reachable after its
+//! release. What an iteration allocates (itself or in the functions it calls) can be
+//! reached afterwards only through a value that outlives it, or through memory that
+//! outlives it; the pass rejects a loop where either is possible:
+//!
+//! - the values the back edges pass to the header's parameters are scalars, values made
+//!   before the loop, or the header's own parameters (which, by induction, hold values
+//!   made before the loop);
+//! - no value that is not a scalar, made in the loop's body, is used outside the loop
+//!   (where it would be the value of an iteration already released); one made by the
+//!   header may be, as the header's last run is not released, and so may one passed out
+//!   on an edge that leaves the loop (a `break` or `return` does not release);
+//! - nothing in the loop (or in a function it calls, transitively: [`Escapes`]) stores a
+//!   value that is not a scalar into a reference or mutable struct, or touches a tape
+//!   stack (whose growth would be allocated in the iteration) or the arena's marks.
+//!   Arrays hold only scalars, so stores into them never keep memory alive.
+//!
+//! Only loops that make arrays (themselves or through calls) are changed: a release
+//! costs a little, and small records and tuples are not worth it.
+
+use crate::callgraph::CallGraph;
+use crate::cfg::ControlFlow;
+use crate::entity::EntityRef;
+use crate::{Block, Function, Inst, Module, Op, Terminator, TypeTable, Value, ValueDef};
+
+/// What each function of a module may do that matters to a loop calling it.
+pub struct Escapes {
+    /// It may keep memory past its return through something it was given (a pointer
+    /// stored into a reference or mutable struct, a tape stack grown) or release memory.
+    keeps: Vec<bool>,
+    /// It may make an array (itself or through the functions it calls).
+    makes_arrays: Vec<bool>,
+}
+
+impl Escapes {
+    /// The summaries of every function of `module`, through its call graph.
+    pub fn of(module: &Module) -> Escapes {
+        let n = module.funcs.len();
+        let graph = CallGraph::new(module);
+        let mut keeps = vec![false; n];
+        let mut makes_arrays = vec![false; n];
+        for (id, f) in module.funcs.iter() {
+            for data in f.blocks.values() {
+                for &i in &data.insts {
+                    let d = &f.insts[i];
+                    keeps[id.index()] |= keeps_memory(f, &d.op, &d.args);
+                    makes_arrays[id.index()] |= makes_array(&d.op);
+                }
+            }
+        }
+        // Each property flows from callees to callers.
+        let mut callers: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for s in graph.sites() {
+            if let Some(c) = callers.get_mut(s.callee.index()) {
+                c.push(s.caller.index());
+            }
+        }
+        for flag in [&mut keeps, &mut makes_arrays] {
+            let mut work: Vec<usize> = (0..n).filter(|&i| flag[i]).collect();
+            while let Some(g) = work.pop() {
+                for &c in &callers[g] {
+                    if !flag[c] {
+                        flag[c] = true;
+                        work.push(c);
+                    }
+                }
+            }
+        }
+        Escapes { keeps, makes_arrays }
+    }
+
+    fn call_keeps(&self, op: &Op) -> bool {
+        matches!(op, Op::Call(g) if self.keeps.get(g.index()).copied().unwrap_or(true))
+    }
+
+    fn call_makes_arrays(&self, op: &Op) -> bool {
+        matches!(op, Op::Call(g) if self.makes_arrays.get(g.index()).copied().unwrap_or(true))
+    }
+}
+
+fn is_scalar(ty: crate::TypeId) -> bool {
+    matches!(ty, TypeTable::F64 | TypeTable::I64 | TypeTable::BOOL)
+}
+
+/// Whether an op may keep memory alive past the iteration (or call) it runs in, through
+/// something made before it: see the module docs.
+fn keeps_memory(f: &Function, op: &Op, args: &[Value]) -> bool {
+    match op {
+        Op::RefStore | Op::MutStore(..) => args.last().is_some_and(|&v| !is_scalar(f.value_type(v))),
+        Op::StackPush
+        | Op::StackPut
+        | Op::StackReserve
+        | Op::StackPop
+        | Op::StackPeek
+        | Op::ArenaMark
+        | Op::ArenaRelease => true,
+        _ => false,
+    }
+}
+
+/// Whether an op makes an array.
+fn makes_array(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::ArrayFill
+            | Op::ArrayLit(_)
+            | Op::ArrayCopy
+            | Op::MapFBinary(_)
+            | Op::MapIBinary(_)
+            | Op::MapFUnary(_)
+            | Op::MapFPowI
+            | Op::MatMul(_)
+            | Op::MatVec(_)
+            | Op::Transpose
+            | Op::ZerosLike
+    )
+}
+
+/// `f` as both engines run it: with its memory given back at the end of each iteration
+/// of the loops that qualify (see the module docs), or `None` when none does.
+pub fn for_engines(f: &Function, escapes: &Escapes) -> Option<Function> {
+    let cfg = ControlFlow::compute(f);
+    let n = f.blocks.len();
+    let mut block_of: Vec<Option<Block>> = vec![None; f.insts.len()];
+    for (b, data) in f.blocks.iter() {
+        for &i in &data.insts {
+            if let Some(slot) = block_of.get_mut(i.index()) {
+                *slot = Some(b);
+            }
+        }
+    }
+    let def_block = |v: Value| match f.values[v].def {
+        ValueDef::Param(b, _) => Some(b),
+        ValueDef::Inst(i) => block_of.get(i.index()).copied().flatten(),
+    };
+    let mut plans: Vec<Plan> = Vec::new();
+    for &h in &cfg.rpo {
+        let latches: Vec<Block> =
+            cfg.preds[h.index()].iter().copied().filter(|&p| cfg.dominates(h, p)).collect();
+        if latches.is_empty() || h == f.entry() {
+            continue;
+        }
+        // The natural loop: the header and every block that reaches a latch without it.
+        let mut body = vec![false; n];
+        body[h.index()] = true;
+        let mut work = latches.clone();
+        while let Some(b) = work.pop() {
+            if !std::mem::replace(&mut body[b.index()], true) {
+                work.extend(cfg.preds[b.index()].iter().copied().filter(|p| cfg.is_reachable(*p)));
+            }
+        }
+        if let Some(plan) = plan_loop(f, &cfg, h, &latches, &body, &def_block, escapes) {
+            plans.push(plan);
+        }
+    }
+    if plans.is_empty() {
+        return None;
+    }
+    let mut out = f.clone();
+    for plan in plans {
+        let span = out.blocks[plan.mark_block].term_span;
+        let mark = out.push_value(plan.mark_block, Op::ArenaMark, vec![], TypeTable::I64, span);
+        if let Some(inst) = out.blocks[plan.mark_block].insts.pop() {
+            out.blocks[plan.mark_block].insts.insert(0, inst);
+        }
+        for latch in plan.latches {
+            let span = out.blocks[latch].term_span;
+            out.push_inst(latch, Op::ArenaRelease, vec![mark], None, span);
+        }
+    }
+    Some(out)
+}
+
+/// Where a loop takes its mark, and the blocks that release it.
+struct Plan {
+    mark_block: Block,
+    latches: Vec<Block>,
+}
+
+fn plan_loop(
+    f: &Function,
+    cfg: &ControlFlow,
+    h: Block,
+    latches: &[Block],
+    body: &[bool],
+    def_block: &dyn Fn(Value) -> Option<Block>,
+    escapes: &Escapes,
+) -> Option<Plan> {
+    let in_body = |b: Option<Block>| b.is_some_and(|b| body.get(b.index()).copied().unwrap_or(false));
+    let mut makes = false;
+    for (b, data) in f.blocks.iter() {
+        if !body[b.index()] {
+            continue;
+        }
+        for &i in &data.insts {
+            let d = &f.insts[i];
+            if keeps_memory(f, &d.op, &d.args) || escapes.call_keeps(&d.op) {
+                return None;
+            }
+            makes |= makes_array(&d.op) || escapes.call_makes_arrays(&d.op);
+        }
+    }
+    if !makes {
+        return None;
+    }
+    // Each latch ends in a jump to the header (a branch would release on its other
+    // edge too), whose arguments made in the loop are scalars or the header's own.
+    for &l in latches {
+        let Terminator::Jump(call) = &f.blocks[l].term else { return None };
+        if call.block != h {
+            return None;
+        }
+        for (&a, &p) in call.args.iter().zip(&f.blocks[h].params) {
+            if is_scalar(f.value_type(p)) || !in_body(def_block(a)) || f.blocks[h].params.contains(&a) {
+                continue;
+            }
+            return None;
+        }
+    }
+    // No value made in the body (past the header) is used outside the loop, but on an
+    // edge leaving it.
+    let made_in_body = |v: Value| {
+        let b = def_block(v);
+        in_body(b) && b != Some(h) && !is_scalar(f.value_type(v))
+    };
+    for (b, data) in f.blocks.iter() {
+        if body[b.index()] || !cfg.is_reachable(b) {
+            continue;
+        }
+        let insts_use = data.insts.iter().flat_map(|&i| f.insts[i].args.iter().copied());
+        if insts_use.chain(data.term.uses()).any(made_in_body) {
+            return None;
+        }
+    }
+    // The mark goes where each iteration's body begins when the header's only edge into
+    // the loop leads there and the header makes no array (the header's test then stays as
+    // it was); else at the top of the header.
+    let inside: Vec<Block> =
+        f.blocks[h].term.successors().map(|c| c.block).filter(|s| body[s.index()]).collect();
+    let header_makes = f.blocks[h]
+        .insts
+        .iter()
+        .any(|&i: &Inst| makes_array(&f.insts[i].op) || escapes.call_makes_arrays(&f.insts[i].op));
+    let mark_block = match inside.as_slice() {
+        [s] if *s != h
+            && !header_makes
+            && cfg.preds[s.index()].len() == 1
+            && latches.iter().all(|&l| cfg.dominates(*s, l)) =>
+        {
+            *s
+        }
+        _ => h,
+    };
+    Some(Plan { mark_block, latches: latches.to_vec() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{for_engines, Escapes};
+    use crate::entity::EntityRef;
+    use crate::FuncId;
+
+    /// The releases `for_engines` gives function `k` of `text`, by the block they end.
+    fn releases(text: &str, k: usize) -> Option<String> {
+        let m = match crate::parse::parse_module(text) {
+            Ok(m) => m,
+            Err(e) => panic!("{e}"),
+        };
+        let f = for_engines(&m.funcs[FuncId::new(k)], &Escapes::of(&m))?;
+        if let Err(e) = crate::verify::verify_function(&m, &f) {
+            panic!("{e}");
+        }
+        Some(crate::print::print_function(&m, &f))
+    }
+
+    /// A counted loop around `body`, which may use `%i_3` and `%s_4` and must define
+    /// `%s_9`; `carried` is the type of `%s`.
+    fn counted(carried: &str, init: &str, body: &str, extra: &str) -> String {
+        format!(
+            "fn @f(%x_0: f64, %n_1: i64, %r_2: ref<f64[]>) -> {carried} {{\nbb0:\n    %z_5: i64 = iconst 0\n    {init}\n    jump bb1(%z_5, %s0_6)\nbb1(%i_3: i64, %s_4: {carried}):\n    %c_7: bool = icmp lt %i_3, %n_1\n    br %c_7, bb3, bb2\nbb2:\n    ret %s_4\nbb3:\n{body}\n    %one_10: i64 = iconst 1\n    %next_11: i64 = iadd %i_3, %one_10\n    jump bb1(%next_11, %s_9)\n}}\n{extra}"
+        )
+    }
+
+    #[test]
+    fn a_loop_whose_arrays_stay_in_the_iteration_releases_them() {
+        let text = counted(
+            "f64",
+            "%s0_6: f64 = fconst 0.0",
+            "    %k_8: i64 = iconst 1000\n    %a_12: f64[] = array.fill %x_0, %k_8\n    %e_13: f64 = load %a_12[%i_3]\n    %s_9: f64 = fadd %s_4, %e_13",
+            "",
+        );
+        let out = releases(&text, 0).expect("reclaimed");
+        assert!(out.contains("bb3:\n    %8: i64 = arena.mark\n"), "{out}");
+        assert!(out.contains("arena.release %8\n    jump bb1"), "{out}");
+    }
+
+    #[test]
+    fn arrays_that_outlive_the_iteration_keep_the_loop_as_it_is() {
+        // The fresh array is carried to the next iteration.
+        let carried = counted(
+            "f64[]",
+            "%s0_6: f64[] = array.fill %x_0, %n_1",
+            "    %s_9: f64[] = array.fill %x_0, %n_1",
+            "",
+        );
+        assert_eq!(releases(&carried, 0), None);
+        // It is stored into a reference made before the loop.
+        let stored = counted(
+            "f64",
+            "%s0_6: f64 = fconst 0.0",
+            "    %a_12: f64[] = array.fill %x_0, %n_1\n    ref.store %r_2, %a_12\n    %s_9: f64 = fadd %s_4, %x_0",
+            "",
+        );
+        assert_eq!(releases(&stored, 0), None);
+        // A function it calls stores one.
+        let through_call = counted(
+            "f64",
+            "%s0_6: f64 = fconst 0.0",
+            "    %u_12: f64 = call @g(%x_0, %r_2)\n    %s_9: f64 = fadd %s_4, %u_12",
+            "fn @g(%x_0: f64, %r_1: ref<f64[]>) -> f64 {\nbb0:\n    %2: i64 = iconst 4\n    %a_3: f64[] = array.fill %x_0, %2\n    ref.store %r_1, %a_3\n    ret %x_0\n}\n",
+        );
+        assert_eq!(releases(&through_call, 0), None);
+        // No array is made: nothing to give back.
+        let scalar = counted("f64", "%s0_6: f64 = fconst 0.0", "    %s_9: f64 = fadd %s_4, %x_0", "");
+        assert_eq!(releases(&scalar, 0), None);
+    }
+
+    #[test]
+    fn an_array_made_through_a_call_that_keeps_nothing_is_given_back() {
+        let text = counted(
+            "f64",
+            "%s0_6: f64 = fconst 0.0",
+            "    %a_12: f64[] = call @g(%x_0)\n    %e_13: f64 = load %a_12[%i_3]\n    %s_9: f64 = fadd %s_4, %e_13",
+            "fn @g(%x_0: f64) -> f64[] {\nbb0:\n    %1: i64 = iconst 4\n    %a_2: f64[] = array.fill %x_0, %1\n    ret %a_2\n}\n",
+        );
+        assert!(releases(&text, 0).is_some_and(|t| t.contains("arena.release")));
+    }
+}
