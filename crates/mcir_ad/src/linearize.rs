@@ -52,9 +52,21 @@ pub(crate) fn linearize_branches(f: &Function) -> Function {
         }
     }
     let heads: Vec<Block> = f.blocks.keys().collect();
+    // Uses of each join's results are redirected to their linearizations once, at the
+    // end, for all branches (a pass over the function per branch grew with the number
+    // of branches times the function's size); the linearizations keep reading the
+    // results themselves.
+    let mut subst = HashMap::new();
+    let mut reads = Vec::new();
     for h in heads {
         let Some((join, arms)) = diamond(&f, h, &preds) else { continue };
-        linearize(&mut f, h, join, &arms);
+        linearize(&mut f, h, join, &arms, &mut subst, &mut reads);
+    }
+    if !subst.is_empty() {
+        f.map_uses(|v| subst.get(&v).copied().unwrap_or(v));
+        for (i, y) in reads {
+            f.insts[i].args[0] = y;
+        }
     }
     f
 }
@@ -111,7 +123,16 @@ fn supported(f: &Function, op: &Op, result: Option<Value>) -> bool {
     }
 }
 
-fn linearize(f: &mut Function, h: Block, join: Block, arms: &[Arm; 2]) {
+/// Linearizes the branch at `h`: adds to `subst` what each result's uses should read
+/// instead, and to `reads` each linearization with the result it reads.
+fn linearize(
+    f: &mut Function,
+    h: Block,
+    join: Block,
+    arms: &[Arm; 2],
+    subst: &mut HashMap<Value, Value>,
+    reads: &mut Vec<(mcir_ir::Inst, Value)>,
+) {
     let arm_blocks: Vec<Block> = arms.iter().filter_map(|a| a.block).collect();
     for &b in &arm_blocks {
         for &i in &f.blocks[b].insts {
@@ -229,7 +250,6 @@ fn linearize(f: &mut Function, h: Block, join: Block, arms: &[Arm; 2]) {
         }
     }
     // Each result is read through its linearization from here on.
-    let mut subst = HashMap::new();
     let mut made = Vec::new();
     for (n, &p) in outputs.iter().enumerate() {
         let y = params[p];
@@ -244,10 +264,9 @@ fn linearize(f: &mut Function, h: Block, join: Block, arms: &[Arm; 2]) {
             made.push(i);
         }
     }
-    f.map_uses(|v| subst.get(&v).copied().unwrap_or(v));
     // The linearizations themselves read the results, first in the join.
     for (n, &i) in made.iter().enumerate() {
-        f.insts[i].args[0] = params[outputs[n]];
+        reads.push((i, params[outputs[n]]));
     }
     let rest = std::mem::take(&mut f.blocks[join].insts);
     f.blocks[join].insts = made.into_iter().chain(rest).collect();

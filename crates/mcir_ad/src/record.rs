@@ -287,6 +287,10 @@ fn pushes_exclusive(f: &Function, pushes: &[(Block, Inst, Value)]) -> bool {
     true
 }
 
+/// A block parameter `thread_fields` adds: its block, its field, and the value each
+/// predecessor passes.
+type NewParam = (Block, usize, Vec<(Block, Value)>);
+
 /// Makes each field's value flow through the forward pass as an SSA variable (`unset`
 /// on entry, the pushed value after its push, block parameters where paths that hold
 /// different values meet) and builds the record at each `ret` from the values there.
@@ -294,46 +298,67 @@ fn thread_fields(fwd: &mut Function, tape_sid: StructId, plan: &Plan) {
     let cfg = ControlFlow::compute(fwd);
     let entry = fwd.entry();
     let span = fwd.span;
-    let pushed_in: HashMap<(usize, Block), Value> =
-        plan.fields.iter().flat_map(|(&k, f)| f.pushes.iter().map(move |&(b, _, v)| ((k, b), v))).collect();
-    // Phase 1: the value of each field at the end of each block, in reverse post-order;
-    // a block whose processed predecessors disagree takes a parameter. Predecessors
-    // along back edges are in loops, which push nothing, so they carry what the loop's
-    // header has.
-    let rpo_index: HashMap<Block, usize> = cfg.rpo.iter().enumerate().map(|(k, &b)| (b, k)).collect();
-    let mut at_end: HashMap<(usize, Block), Value> = HashMap::new();
-    let mut params: Vec<(Block, usize)> = Vec::new();
-    let mut unset: HashMap<usize, Value> = HashMap::new();
+    // Phase 1, one field at a time: the field's value at the end of each block, in
+    // reverse post-order; a block whose processed predecessors disagree takes a
+    // parameter. Predecessors along back edges are in loops, which push nothing, so they
+    // carry what the loop's header has. The values are kept in one table per field,
+    // reused (a function of many branches has as many fields as blocks, and a table of
+    // every pair grew with their product); what phase 2 and the records need is copied
+    // out of it.
+    let n = fwd.blocks.len();
+    let mut rpo_index = vec![usize::MAX; n];
+    for (k, &b) in cfg.rpo.iter().enumerate() {
+        rpo_index[b.index()] = k;
+    }
+    let mut at_end: Vec<Option<Value>> = vec![None; n];
+    let mut pushed: Vec<Option<Value>> = vec![None; n];
+    // For each parameter added, in order: its block, its field, and the value each
+    // predecessor passes.
+    let mut params: Vec<NewParam> = Vec::new();
+    let mut at_ret: HashMap<(usize, Block), Value> = HashMap::new();
     for (&k, field) in &plan.fields {
         let u = crate::insert_at(fwd, entry, 0, Op::Unset, vec![], field.ty, span);
-        unset.insert(k, u);
+        for &(b, _, v) in &field.pushes {
+            pushed[b.index()] = Some(v);
+        }
+        let first_param = params.len();
         for &b in &cfg.rpo {
             let start = if b == entry {
                 u
             } else {
-                let incoming: Vec<Value> = cfg.preds[b.index()]
+                let here = rpo_index[b.index()];
+                let mut incoming = cfg.preds[b.index()]
                     .iter()
-                    .filter(|p| rpo_index.get(p).is_some_and(|&i| i < rpo_index[&b]))
-                    .filter_map(|p| at_end.get(&(k, *p)).copied())
-                    .collect();
-                match incoming.first() {
-                    Some(&v) if incoming.iter().all(|&w| w == v) => v,
+                    .filter(|p| rpo_index[p.index()] < here)
+                    .filter_map(|p| at_end[p.index()]);
+                match incoming.next() {
+                    Some(v) if incoming.all(|w| w == v) => v,
                     _ => {
-                        params.push((b, k));
+                        params.push((b, k, Vec::new()));
                         fwd.add_block_param(b, field.ty, None)
                     }
                 }
             };
-            let end = pushed_in.get(&(k, b)).copied().unwrap_or(start);
-            at_end.insert((k, b), end);
+            at_end[b.index()] = Some(pushed[b.index()].unwrap_or(start));
         }
+        for (b, _, args) in &mut params[first_param..] {
+            for p in cfg.preds[b.index()].iter().copied().collect::<HashSet<Block>>() {
+                args.push((p, at_end[p.index()].unwrap_or(u)));
+            }
+        }
+        for &(b, _) in &plan.tuples {
+            at_ret.insert((k, b), at_end[b.index()].unwrap_or(u));
+        }
+        for &(b, _, _) in &field.pushes {
+            pushed[b.index()] = None;
+        }
+        at_end.iter_mut().for_each(|v| *v = None);
     }
     // Phase 2: every jump into a block with new parameters passes each field's value at
     // the end of the jumping block, in the order the parameters were added.
-    for &(b, k) in &params {
-        for p in cfg.preds[b.index()].iter().copied().collect::<HashSet<Block>>() {
-            let v = at_end.get(&(k, p)).copied().unwrap_or(unset[&k]);
-            for c in fwd.blocks[p].term.successors_mut().filter(|c| c.block == b) {
+    for (b, _, args) in &params {
+        for &(p, v) in args {
+            for c in fwd.blocks[p].term.successors_mut().filter(|c| c.block == *b) {
                 c.args.push(v);
             }
         }
@@ -341,11 +366,8 @@ fn thread_fields(fwd: &mut Function, tape_sid: StructId, plan: &Plan) {
     // The record of each `ret`, and no stacks or pushes for the fields.
     let old_args = fwd.insts[plan.record].args.clone();
     for &(b, tuple) in &plan.tuples {
-        let args: Vec<Value> = old_args
-            .iter()
-            .enumerate()
-            .map(|(k, &a)| if plan.fields.contains_key(&k) { at_end[&(k, b)] } else { a })
-            .collect();
+        let args: Vec<Value> =
+            old_args.iter().enumerate().map(|(k, &a)| at_ret.get(&(k, b)).copied().unwrap_or(a)).collect();
         let pos = fwd.blocks[b].insts.iter().position(|&i| i == tuple).unwrap_or(0);
         let ty = fwd.value_type(fwd.insts[plan.record].result.unwrap_or(old_args[0]));
         let rec = crate::insert_at(fwd, b, pos, Op::StructNew(tape_sid), args, ty, span);
