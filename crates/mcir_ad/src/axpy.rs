@@ -17,7 +17,7 @@ use mcir_ir::{FBinOp, FUnOp, Function, Inst, InstData, Op, TypeTable, Value, Val
 /// and the product removed (a product of an array and a scalar cannot fail).
 pub(crate) fn fuse_scaled_accumulations(f: Function) -> Function {
     // Maps left unread (by `factor_sums`, say) go first: they may be a product's other reader.
-    let mut f = crate::dce::remove_dead_code(&f);
+    let mut f = crate::dce::remove_dead_code(f);
     let mut uses = vec![0u32; f.values.len()];
     for b in f.blocks.values() {
         for &i in &b.insts {
@@ -158,7 +158,7 @@ bb0:
         )
         .expect("parses");
         let id = m.func_by_name("f").expect("the function");
-        let f = crate::dce::remove_dead_code(&factor_sums(m.funcs[id].clone()));
+        let f = crate::dce::remove_dead_code(factor_sums(m.funcs[id].clone()));
         let mut out = m.clone();
         out.funcs[id] = fuse_scaled_accumulations(f);
         mcir_ir::verify_module(&out).expect("verifies");

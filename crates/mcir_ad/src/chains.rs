@@ -719,7 +719,7 @@ bb1(%a_3: f64, %y_4: f64):
             close(&eval(&before.funcs[id], &args), &eval(&after.funcs[id], &args));
         }
         // What the pipeline keeps of it: no zero, one division (ȳ's reciprocal).
-        let kept = crate::dce::remove_dead_code(&after.funcs[id]);
+        let kept = crate::dce::remove_dead_code(after.funcs[id].clone());
         let text = mcir_ir::print_function(&after, &kept);
         assert!(!text.contains("fconst 0.0"), "{text}");
         assert_eq!(text.matches("fdiv").count(), 1, "{text}");

@@ -3,11 +3,10 @@
 use mcir_ir::entity::EntityRef;
 use mcir_ir::{Function, ValueDef};
 
-/// A copy of `f` without the pure instructions whose results are unused (transitively).
+/// `f` without the pure instructions whose results are unused (transitively).
 /// Linear: each value counts its uses, and removing an instruction takes one use from
 /// each of its operands, so that a chain of dead instructions goes in one sweep.
-pub(crate) fn remove_dead_code(f: &Function) -> Function {
-    let mut f = f.clone();
+pub(crate) fn remove_dead_code(mut f: Function) -> Function {
     let mut uses = vec![0u32; f.values.len()];
     let mut placed = vec![false; f.insts.len()];
     for (_, data) in f.blocks.iter() {

@@ -79,7 +79,7 @@ pub(crate) fn record_invariants_once(module: &mut Module, rule: &RuleIds) {
             _ => {}
         }
     }
-    module.funcs[nested_fwd_id] = crate::dce::remove_dead_code(&nf);
+    module.funcs[nested_fwd_id] = crate::dce::remove_dead_code(nf);
 
     // `f$rev$nested`: the reverse pass, the invariant values its parameters.
     let mut nr = rev.clone();
@@ -127,7 +127,7 @@ pub(crate) fn record_invariants_once(module: &mut Module, rule: &RuleIds) {
         nr.blocks[b].insts.retain(|i| !dropped.contains(i));
     }
     nr.substitute(&subst);
-    module.funcs[nested_rev_id] = crate::dce::remove_dead_code(&nr);
+    module.funcs[nested_rev_id] = crate::dce::remove_dead_code(nr);
 
     // The rule's record: the nested record, then the invariant values.
     let mut outer_fields = vec![("nested".to_string(), nested_ty)];

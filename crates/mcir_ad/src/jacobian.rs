@@ -80,7 +80,7 @@ pub(crate) fn store_local_jacobian(
             // The reverse pass recomputes what it can from values it reads; moved into
             // the forward pass, those recomputations repeat what the forward pass did.
             let merged = mcir_ir::cse::eliminate_common_subexpressions(new_fwd, types);
-            (crate::dce::remove_dead_code(&merged), new_rev)
+            (crate::dce::remove_dead_code(merged), new_rev)
         }
         None => (fwd, rev),
     }

@@ -214,11 +214,11 @@ fn inline_passes(mut module: Module, rules: &[RuleIds], special: Option<&EntryRu
                 // The chains of adjoints that run through the inlined passes are shortened
                 // across them; the coefficients that do not change in a loop leave it.
                 f = axpy::fuse_scaled_accumulations(shorten_chains(
-                    dce::remove_dead_code(&axpy::factor_sums(f)),
+                    dce::remove_dead_code(axpy::factor_sums(f)),
                     &module.types,
                 ));
             }
-            module.funcs[id] = dce::remove_dead_code(&f);
+            module.funcs[id] = dce::remove_dead_code(f);
         }
     }
     module
@@ -273,7 +273,7 @@ fn derive_function(
     options: &Options,
     constant: &[bool],
 ) -> Result<(Function, Function), AdError> {
-    let counted_primal = linearize::linearize_branches(&analysis::count_loop_trips(primal));
+    let counted_primal = linearize::linearize_branches(analysis::count_loop_trips(primal));
     let primal = &counted_primal;
     let edges = analysis::in_edges(primal);
     let keep_zero_ops = options.corrupt.is_some();
@@ -444,7 +444,7 @@ fn derive_function(
     }
     let types = &module.types;
     let cleaned =
-        dce::remove_dead_code(&inert::bypass_inert_loops(dce::remove_dead_code(&rev).into_simplified_cfg()));
+        dce::remove_dead_code(inert::bypass_inert_loops(dce::remove_dead_code(rev).into_simplified_cfg()));
     let origins = record_origins(&fw.e.func, primal.param_values().len(), &slots, &cleaned, rule.tape_sid);
     let cleaned = mcir_ir::memory::forward_elements_apart(
         mcir_ir::cse::eliminate_common_subexpressions(
@@ -456,8 +456,8 @@ fn derive_function(
     );
     // Shortened once loads are forwarded and equal values merged, so that the terms of
     // one adjoint meet (`x̄ · l + x̄ · l`, two reads of `l[j]` that CSE made one).
-    let rev_func = dce::remove_dead_code(&axpy::fuse_scaled_accumulations(shorten_chains(
-        dce::remove_dead_code(&axpy::factor_sums(cleaned)),
+    let rev_func = dce::remove_dead_code(axpy::fuse_scaled_accumulations(shorten_chains(
+        dce::remove_dead_code(axpy::factor_sums(cleaned)),
         types,
     )));
     // Records on stacks the reverse pass no longer reads are not made.
@@ -468,7 +468,7 @@ fn derive_function(
         .filter(|(k, s)| !s.3 && !read.contains(&(*k as u32)) && !merged.contains_key(k))
         .map(|(k, _)| stacks[k])
         .collect();
-    let fwd_func = dce::remove_dead_code(&inert::drop_records(fw.e.func, &unread)).into_simplified_cfg();
+    let fwd_func = dce::remove_dead_code(inert::drop_records(fw.e.func, &unread)).into_simplified_cfg();
     let (fwd_func, rev_func) = jacobian::store_local_jacobian(&mut module.types, rule, fwd_func, rev_func);
     let (fwd_func, rev_func) =
         record::fix_record_fields(&mut module.types, rule.tape_sid, fwd_func, rev_func);

@@ -43,8 +43,7 @@ struct Arm {
 }
 
 /// `f` with every branch that qualifies (see the module docs) linearized.
-pub(crate) fn linearize_branches(f: &Function) -> Function {
-    let mut f = f.clone();
+pub(crate) fn linearize_branches(mut f: Function) -> Function {
     let mut preds: HashMap<Block, usize> = HashMap::new();
     for (_, data) in f.blocks.iter() {
         for s in data.term.successors() {

@@ -111,14 +111,14 @@ pub fn tangents_with(
         let none = vec![false; primal.params.len()];
         let name = tangent_name(&primal.name, width);
         let built = build_or_custom(&mut module, &of, f, &primal, width, &none, &name)?;
-        module.funcs[of[&f]] = crate::dce::remove_dead_code(&built).into_simplified_cfg();
+        module.funcs[of[&f]] = crate::dce::remove_dead_code(built).into_simplified_cfg();
     }
     let mut special = None;
     if let Some((f, constant)) = entry.filter(|(_, c)| c.iter().any(|&k| k)) {
         let primal = module.funcs[f].clone();
         let name = format!("{}$const", tangent_name(&primal.name, width));
         let built = build_or_custom(&mut module, &of, f, &primal, width, &constant, &name)?;
-        let tf = module.add_function(crate::dce::remove_dead_code(&built).into_simplified_cfg());
+        let tf = module.add_function(crate::dce::remove_dead_code(built).into_simplified_cfg());
         special = Some((f, tf, constant));
     }
     if let Err(e) = mcir_ir::verify_module(&module) {

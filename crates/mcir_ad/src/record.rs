@@ -44,7 +44,7 @@ pub(crate) fn fix_record_fields(
         types.struct_def_mut(tape_sid).fields[k].1 = field.ty;
     }
     share_exclusive_fields(types, tape_sid, &mut fwd, &mut rev);
-    (crate::dce::remove_dead_code(&fwd), crate::dce::remove_dead_code(&rev))
+    (crate::dce::remove_dead_code(fwd), crate::dce::remove_dead_code(rev))
 }
 
 /// Lets fields of one type that no path fills both share one slot of the record (the

@@ -999,7 +999,7 @@ impl<'a> Reverse<'a> {
             return;
         }
         // Compares of path values now read by nothing go first, then the pops.
-        let cleaned = crate::dce::remove_dead_code(f);
+        let cleaned = crate::dce::remove_dead_code(f.clone());
         let mut used = std::collections::HashSet::new();
         for (_, data) in cleaned.blocks.iter() {
             for &i in &data.insts {
