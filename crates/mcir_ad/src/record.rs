@@ -301,10 +301,10 @@ fn thread_fields(fwd: &mut Function, tape_sid: StructId, plan: &Plan) {
     // Phase 1, one field at a time: the field's value at the end of each block, in
     // reverse post-order; a block whose processed predecessors disagree takes a
     // parameter. Predecessors along back edges are in loops, which push nothing, so they
-    // carry what the loop's header has. The values are kept in one table per field,
-    // reused (a function of many branches has as many fields as blocks, and a table of
-    // every pair grew with their product); what phase 2 and the records need is copied
-    // out of it.
+    // carry what the loop's header has. The values are kept in one table, which each
+    // field's sweep overwrites for every reachable block before reading it (a function
+    // of many branches has as many fields as blocks, and a table of every pair grew with
+    // their product); what phase 2 and the records need is copied out of it.
     let n = fwd.blocks.len();
     let mut rpo_index = vec![usize::MAX; n];
     for (k, &b) in cfg.rpo.iter().enumerate() {
@@ -352,7 +352,6 @@ fn thread_fields(fwd: &mut Function, tape_sid: StructId, plan: &Plan) {
         for &(b, _, _) in &field.pushes {
             pushed[b.index()] = None;
         }
-        at_end.iter_mut().for_each(|v| *v = None);
     }
     // Phase 2: every jump into a block with new parameters passes each field's value at
     // the end of the jumping block, in the order the parameters were added.

@@ -193,11 +193,9 @@ struct Frame {
 /// Runs functions of one module.
 pub struct Interpreter<'m> {
     module: &'m Module,
-    /// The functions as both engines run them (`mcir_ir::reclaim::for_engines`: loops
-    /// give back their iterations' memory, which here lowers the count against the
-    /// limit), by function index; `None` for one that runs as written. Made on the first
-    /// call.
-    runnable: Option<Rc<Vec<Option<Function>>>>,
+    /// The functions as both engines run them (loops give back their iterations'
+    /// memory, which here lowers the count against the limit).
+    runnable: Rc<Runnable>,
     limits: Limits,
     /// Bytes the current call has allocated, counted against `limits.max_memory_bytes`.
     allocated: u64,
@@ -208,7 +206,8 @@ pub struct Interpreter<'m> {
 impl<'m> Interpreter<'m> {
     /// An interpreter for `module`, which must pass the verifier.
     pub fn new(module: &'m Module, limits: Limits) -> Self {
-        Interpreter { module, runnable: None, limits, allocated: 0, print: Box::new(|s| eprintln!("{s}")) }
+        let runnable = Rc::new(Runnable::new(module));
+        Interpreter { module, runnable, limits, allocated: 0, print: Box::new(|s| eprintln!("{s}")) }
     }
 
     /// Sends the output of `print` to `sink` instead of standard error.
@@ -221,24 +220,9 @@ impl<'m> Interpreter<'m> {
     pub fn call(&mut self, func: FuncId, args: Vec<Val>) -> Result<Option<Val>, RuntimeError> {
         let deadline = self.limits.timeout.map(|t| (Instant::now() + t, t));
         self.allocated = 0;
-        let runnable = match &self.runnable {
-            Some(r) => Rc::clone(r),
-            None => {
-                let escapes = mcir_ir::reclaim::Escapes::of(self.module);
-                let r: Rc<Vec<Option<Function>>> = Rc::new(
-                    self.module.funcs.values().map(|f| mcir_ir::reclaim::for_engines(f, &escapes)).collect(),
-                );
-                self.runnable = Some(Rc::clone(&r));
-                r
-            }
-        };
+        let runnable = Rc::clone(&self.runnable);
         let module = self.module;
-        let function = |id: FuncId| -> &Function {
-            match runnable.get(id.index()) {
-                Some(Some(f)) => f,
-                _ => &module.funcs[id],
-            }
-        };
+        let function = |id: FuncId| runnable.function(module, id);
         let mut frames: Vec<Frame> = vec![new_frame(function(func), func, args, None)];
         let mut steps: u64 = 0;
         loop {
@@ -996,4 +980,31 @@ fn new_frame(f: &Function, func: FuncId, args: Vec<Val>, ret_dest: Option<Value>
         regs[p.index()] = a;
     }
     Frame { func, regs, block: f.entry(), pos: 0, ret_dest }
+}
+
+/// Functions as both engines run them (`mcir_ir::reclaim::for_engines`), each made when
+/// first called, with what the module's functions may keep alive found once.
+struct Runnable {
+    escapes: std::cell::OnceCell<mcir_ir::reclaim::Escapes>,
+    /// By function index: `None` for a function that runs as written.
+    funcs: Vec<std::cell::OnceCell<Option<Function>>>,
+}
+
+impl Runnable {
+    fn new(module: &Module) -> Runnable {
+        let funcs = (0..module.funcs.len()).map(|_| std::cell::OnceCell::new()).collect();
+        Runnable { escapes: std::cell::OnceCell::new(), funcs }
+    }
+
+    /// Function `id` of `module` as it runs.
+    fn function<'a>(&'a self, module: &'a Module, id: FuncId) -> &'a Function {
+        let made = self.funcs.get(id.index()).and_then(|cell| {
+            cell.get_or_init(|| {
+                let escapes = self.escapes.get_or_init(|| mcir_ir::reclaim::Escapes::of(module));
+                mcir_ir::reclaim::for_engines(&module.funcs[id], escapes)
+            })
+            .as_ref()
+        });
+        made.unwrap_or(&module.funcs[id])
+    }
 }

@@ -107,22 +107,9 @@ fn keeps_memory(f: &Function, op: &Op, args: &[Value]) -> bool {
     }
 }
 
-/// Whether an op makes an array.
+/// Whether an op makes an array (what it allocates that is neither a cell nor a stack).
 fn makes_array(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::ArrayFill
-            | Op::ArrayLit(_)
-            | Op::ArrayCopy
-            | Op::MapFBinary(_)
-            | Op::MapIBinary(_)
-            | Op::MapFUnary(_)
-            | Op::MapFPowI
-            | Op::MatMul(_)
-            | Op::MatVec(_)
-            | Op::Transpose
-            | Op::ZerosLike
-    )
+    op.allocates() && !matches!(op, Op::RefNew | Op::StackNew)
 }
 
 /// `f` as both engines run it: with its memory given back at the end of each iteration

@@ -634,14 +634,17 @@ fn runs_once(module: &Module, reachable: &[bool], roots: &[FuncId]) -> Vec<bool>
         in_loop
             .extend(graph.calls_from(id).iter().map(|s| depths.get(s.block.index()).is_some_and(|&d| d > 0)));
     }
-    let is_root: std::collections::HashSet<usize> = roots.iter().map(|r| r.index()).collect();
+    let mut is_root = vec![false; n];
+    for r in roots.iter().filter(|r| r.index() < n) {
+        is_root[r.index()] = true;
+    }
     // A function that reaches itself through calls runs any number of times, and so
     // does one called in a loop or from a function that does: a worklist from those.
     let mut once: Vec<bool> = (0..n).map(|i| reachable[i] && !graph.is_recursive(FuncId::new(i))).collect();
     let mut work: Vec<FuncId> = (0..n).filter(|&i| !once[i]).map(FuncId::new).collect();
     for (site, &looped) in graph.sites().iter().zip(&in_loop) {
         let callee = site.callee.index();
-        if looped && callee < n && once[callee] && !is_root.contains(&callee) {
+        if looped && callee < n && once[callee] && !is_root[callee] {
             once[callee] = false;
             work.push(site.callee);
         }
@@ -649,7 +652,7 @@ fn runs_once(module: &Module, reachable: &[bool], roots: &[FuncId]) -> Vec<bool>
     while let Some(f) = work.pop() {
         for site in graph.calls_from(f) {
             let callee = site.callee.index();
-            if callee < n && once[callee] && !is_root.contains(&callee) {
+            if callee < n && once[callee] && !is_root[callee] {
                 once[callee] = false;
                 work.push(site.callee);
             }

@@ -403,7 +403,8 @@ const EARLY_RECORD_FIELDS: usize = 6;
 const STACK_FIRST: i64 = 16;
 
 /// The most elements an array made in native code (`zeros(n, m)`, `fill(x, n)`,
-/// `zeros_like`; of any rank, and each extent below it too) may have to be made inline from the arena's window
+/// `zeros_like`; of any rank, and each extent below it too) may have to be made inline
+/// from the arena's window
 /// rather than by a runtime call: a call costs about as much as storing 64 elements one
 /// by one, and the runtime fills a longer array faster (an ODE's state of 1000
 /// elements, made on every step, took 60 % longer inline).
@@ -643,6 +644,7 @@ impl<'a> Lowering<'a> {
             .filter_map(|(_, d)| d.result)
             .filter(|&r| !matches!(self.module.types.get(f.value_type(r)), mcir_ir::Type::Stack(_)))
             .collect();
+        let releases_arena = f.insts.iter().any(|(_, d)| matches!(d.op, Op::ArenaRelease));
         let mut fl = FnLower {
             l: self,
             b,
@@ -659,12 +661,8 @@ impl<'a> Lowering<'a> {
             piece: None,
             early_records: HashMap::new(),
             early_fields: HashMap::new(),
-            releases_arena: f.insts.iter().any(|(_, d)| matches!(d.op, Op::ArenaRelease)),
-            header_loads: if f.insts.iter().any(|(_, d)| matches!(d.op, Op::ArenaRelease)) {
-                flags()
-            } else {
-                header_flags()
-            },
+            releases_arena,
+            header_loads: if releases_arena { flags() } else { header_flags() },
             returns_fields,
             register_tuples,
             tuple_fields: HashMap::new(),
