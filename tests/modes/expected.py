@@ -208,3 +208,20 @@ def tree_product(x, lo, hi):
 value, grad, hess = derivatives(lambda v: recursive_sine(v[0], 4), [0.8])
 print("recursive_sine", json.dumps({"value": value, "gradient": [grad[0], None], "hessian": hess}))
 hessian_case("tree_product", lambda v: tree_product(v, 0, 5), [0.1, -0.4, 0.9, 1.3, -0.2], [5])
+
+
+def fresh_arrays_in_loops(v, n):
+    x, w = v[0], v[1:4]
+    s = 0.0
+    for i in range(n):
+        # a = fill(x, 2000); b = a * 2.0 + w[i % 3]: every element of b is the same.
+        b = x * 2.0 + w[i % 3]
+        s = s + (sin(b) * x + b)
+    for i in range(n):
+        m = [e + w[2] for e in [x, w[0], w[1] * x]]
+        s = s + m[i % 3] * m[(i + 1) % 3] * 0.01
+    return s
+
+
+value, grad, hess = derivatives(lambda v: fresh_arrays_in_loops(v, 300), [0.7, 0.3, -0.5, 1.1])
+print("fresh_arrays_in_loops", json.dumps({"value": value, "gradient": [grad[0], grad[1:4], None], "hessian": hess}))

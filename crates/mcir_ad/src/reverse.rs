@@ -111,6 +111,10 @@ pub(crate) struct Reverse<'a> {
     /// array (see `register_held_arrays`), and those adjoints so far.
     held: std::collections::HashSet<Value>,
     held_adj: HashMap<Value, HeldAdjoint>,
+    /// Shadows the reverse pass makes again (see [`shadows_made_in_reverse`]).
+    made_in_reverse: HashMap<Value, (ShapeSource, Block)>,
+    /// Primal arrays made in a loop, anew in each iteration (see [`fresh_in_loops`]).
+    fresh_in_loops: std::collections::HashSet<Value>,
 }
 
 /// The adjoint of an array held in values: the same scalar for every element (the
@@ -224,6 +228,126 @@ fn never_written_arrays(primal: &Function) -> std::collections::HashSet<TypeId> 
         }
     }
     types
+}
+
+/// The values made by allocating ops and calls in loops (arrays among them): each
+/// iteration makes its own.
+fn fresh_in_loops(primal: &Function) -> std::collections::HashSet<Value> {
+    let depth = mcir_ir::cfg::ControlFlow::compute(primal).loop_depths();
+    let mut out = std::collections::HashSet::new();
+    for (b, data) in primal.blocks.iter() {
+        if depth.get(b.index()).copied().unwrap_or(0) == 0 {
+            continue;
+        }
+        for &i in &data.insts {
+            let d = &primal.insts[i];
+            if let Some(r) = d.result {
+                if d.op.allocates() || matches!(d.op, Op::Call(_)) {
+                    out.insert(r);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// How the reverse pass makes an array of a primal array's shape without the tape
+/// keeping an array for it.
+#[derive(Clone)]
+enum ShapeSource {
+    /// The extents a `fill` was given (its arguments after the first).
+    Extents(Inst),
+    /// An array literal's shape.
+    Literal(Vec<u32>),
+    /// An array of the same shape that the tape holds once per call (a parameter, or a
+    /// value of the entry block).
+    Like(Value),
+}
+
+/// Where the shape of primal array `v` can be found in the reverse pass: through the
+/// copies and elementwise maps it was made by, down to a `fill`, a literal, or an array
+/// of the entry block.
+fn shape_source(primal: &Function, fw: &Forward, v: Value, depth: u32) -> Option<ShapeSource> {
+    let entry = primal.entry();
+    match primal.values[v].def {
+        mcir_ir::ValueDef::Param(b, _) => (b == entry).then_some(ShapeSource::Like(v)),
+        mcir_ir::ValueDef::Inst(i) => {
+            let d = &primal.insts[i];
+            let in_entry = primal.blocks[entry].insts.contains(&i);
+            match &d.op {
+                Op::ArrayFill => Some(ShapeSource::Extents(i)),
+                Op::ArrayLit(dims) => Some(ShapeSource::Literal(dims.clone())),
+                _ if in_entry && fw.fwd(v).is_ok() => Some(ShapeSource::Like(v)),
+                Op::ArrayCopy | Op::ZerosLike | Op::MapFBinary(_) | Op::MapFUnary(_) | Op::MapFPowI
+                    if depth > 0 =>
+                {
+                    let ty = primal.value_type(v);
+                    let operand = d.args.iter().copied().find(|&a| primal.value_type(a) == ty)?;
+                    shape_source(primal, fw, operand, depth - 1)
+                }
+                _ => None,
+            }
+        }
+    }
+}
+
+/// The zeroed shadows of arrays made in loops that the reverse pass makes again instead
+/// of reading them from the tape: (forward shadow, how to make it, the array's block).
+/// The forward pass only makes such a shadow (nothing in it reads, writes or passes on
+/// the shadow), and every use of the array is in the block that makes it, so the
+/// reverse of that block is the only code that reads the shadow, and a fresh zeroed
+/// array made there, before its first read, holds what the taped one would. Each
+/// iteration's shadow then lives only in that iteration's reverse, where the loop can
+/// give it back, instead of one per iteration being kept from the forward pass to the
+/// end of the call.
+fn shadows_made_in_reverse(primal: &Function, fw: &Forward) -> HashMap<Value, (ShapeSource, Block)> {
+    let depth = mcir_ir::cfg::ControlFlow::compute(primal).loop_depths();
+    let mut made: HashMap<Value, Block> = HashMap::new();
+    for (b, data) in primal.blocks.iter() {
+        if depth.get(b.index()).copied().unwrap_or(0) == 0 {
+            continue;
+        }
+        for &i in &data.insts {
+            if let Some(r) = primal.insts[i].result {
+                made.insert(r, b);
+            }
+        }
+    }
+    // Arrays used outside the block that makes them.
+    for (b, data) in primal.blocks.iter() {
+        let mut uses: Vec<Value> = data.term.uses();
+        for &i in &data.insts {
+            uses.extend(primal.insts[i].args.iter().copied());
+        }
+        for u in uses {
+            if made.get(&u).is_some_and(|&mb| mb != b) {
+                made.remove(&u);
+            }
+        }
+    }
+    let candidates: HashMap<Value, (ShapeSource, Block)> = made
+        .into_iter()
+        .filter_map(|(r, b)| {
+            let s = *fw.shadows.get(r.index())?.first()?;
+            let mcir_ir::ValueDef::Inst(si) = fw.e.func.values[s].def else { return None };
+            if !matches!(fw.e.func.insts[si].op, Op::ZerosLike) {
+                return None;
+            }
+            Some((s, (shape_source(primal, fw, r, 8)?, b)))
+        })
+        .collect();
+    if candidates.is_empty() {
+        return candidates;
+    }
+    let f = &fw.e.func;
+    let mut used: std::collections::HashSet<Value> = std::collections::HashSet::new();
+    for data in f.blocks.values() {
+        for &i in &data.insts {
+            used.extend(f.insts[i].args.iter().copied().filter(|a| candidates.contains_key(a)));
+        }
+        used.extend(data.term.uses().into_iter().filter(|a| candidates.contains_key(a)));
+    }
+    candidates.into_iter().filter(|(s, _)| !used.contains(s)).collect()
 }
 
 fn register_held_arrays(primal: &Function) -> std::collections::HashSet<Value> {
@@ -407,6 +531,8 @@ impl<'a> Reverse<'a> {
             counters,
             held: register_held_arrays(primal),
             held_adj: HashMap::new(),
+            made_in_reverse: shadows_made_in_reverse(primal, fw),
+            fresh_in_loops: fresh_in_loops(primal),
         }
     }
 
@@ -715,6 +841,15 @@ impl<'a> Reverse<'a> {
             return Ok(Some(v));
         }
         let args = self.primal.insts[load].args.clone();
+        // An array each iteration of a loop makes anew is not taped for a reload alone:
+        // it would stay allocated to the end of the call, where taping the element keeps
+        // eight bytes and lets the iteration give the array back.
+        if self.fresh_in_loops.contains(&args[0]) {
+            let taped = self.fw.fwd(args[0]).is_ok_and(|fv| self.popped.contains_key(&fv));
+            if !taped {
+                return Ok(None);
+            }
+        }
         let mut ops = Vec::new();
         for a in args {
             ops.push(self.fwdv(a)?);
@@ -734,6 +869,39 @@ impl<'a> Reverse<'a> {
             .get(primal_v.index())
             .and_then(|s| s.first().copied())
             .ok_or_else(|| self.err(format!("{primal_v} has no shadow")))?;
+        if let Some((source, block)) = self.made_in_reverse.get(&fv).cloned() {
+            if let Some(&v) = self.popped.get(&fv) {
+                return Ok(v);
+            }
+            if block != self.cur {
+                return Err(self.err(format!("the shadow of {primal_v} is read outside its block")));
+            }
+            let ty = self.fw.e.ty(fv);
+            let v = match source {
+                ShapeSource::Extents(fill) => {
+                    let mut args = vec![self.e.fconst(0.0)];
+                    let primal = self.primal;
+                    for &x in &primal.insts[fill].args[1..] {
+                        args.push(self.fwdv(x)?);
+                    }
+                    self.e.val(Op::ArrayFill, args, ty)
+                }
+                ShapeSource::Literal(dims) => {
+                    let mut args = vec![self.e.fconst(0.0)];
+                    for d in dims {
+                        args.push(self.e.iconst(i64::from(d)));
+                    }
+                    self.e.val(Op::ArrayFill, args, ty)
+                }
+                ShapeSource::Like(a) => {
+                    let like = self.fwdv(a)?;
+                    self.e.val(Op::ZerosLike, vec![like], ty)
+                }
+            };
+            self.e.func.values[v].name = self.fw.e.func.values[fv].name.clone();
+            self.popped.insert(fv, v);
+            return Ok(v);
+        }
         Ok(self.get(fv))
     }
 

@@ -182,7 +182,7 @@ impl Gen<'_, '_> {
     fn statement(&mut self, scope: &mut Scope, indent: usize) {
         let nested = scope.depth < 2;
         let e = |g: &mut Self, s: &Scope| g.real(s, 2);
-        match self.src.below(45) {
+        match self.src.below(46) {
             0 | 1 => {
                 let v = self.name("t");
                 let value = e(self, scope);
@@ -555,6 +555,22 @@ impl Gen<'_, '_> {
                 };
                 let value = e(self, scope);
                 self.line(indent, &format!("acc += 0.1 * expand(x, {k} % 3) * tanh({value});"));
+            }
+            45 if nested => {
+                // An array made anew in each iteration of a loop and read at elements only:
+                // the reverse pass tapes the elements it needs, makes the shadows again,
+                // and both passes give each iteration's arrays back when it ends.
+                let (i, a, b) = (self.name("i"), self.name("fresh"), self.name("g"));
+                let value = e(self, scope);
+                self.line(indent, &format!("for {i} in 0..len(x) {{"));
+                match self.src.below(3) {
+                    0 => self.line(indent + 1, &format!("let {a} = fill(tanh({value}), {X_LEN});")),
+                    1 => self.line(indent + 1, &format!("let {a} = [x[{i}], tanh({value}), 0.5];")),
+                    _ => self.line(indent + 1, &format!("let {a} = copy(x) * tanh({value});")),
+                }
+                self.line(indent + 1, &format!("let {b} = {a} * 0.5 + x[{i}];"));
+                self.line(indent + 1, &format!("acc += tanh({b}[{i} % len({b})]) * {a}[0] * 0.25;"));
+                self.line(indent, "}");
             }
             41 => {
                 // A helper with a branch and a loop, called once.

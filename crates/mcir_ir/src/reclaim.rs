@@ -20,12 +20,23 @@
 //!   header may be, as the header's last run is not released, and so may one passed out
 //!   on an edge that leaves the loop (a `break` or `return` does not release);
 //! - nothing in the loop (or in a function it calls, transitively: [`Escapes`]) stores a
-//!   value that is not a scalar into a reference or mutable struct, or touches a tape
-//!   stack (whose growth would be allocated in the iteration) or the arena's marks.
-//!   Arrays hold only scalars, so stores into them never keep memory alive.
+//!   value that is not a scalar into a reference or mutable struct or a tape stack,
+//!   pushes onto a tape stack or reserves room in one (whose growth would be allocated in
+//!   the iteration), or touches the arena's marks. Arrays hold only scalars, so stores
+//!   into them never keep memory alive; a scalar put into room reserved before the loop
+//!   allocates nothing, and a pop reads what was pushed before the loop began.
 //!
-//! Only loops that make arrays (themselves or through calls) are changed: a release
-//! costs a little, and small records and tuples are not worth it.
+//! A whole call of a recursive function is treated the same way: one that returns only
+//! scalars (or a tuple of scalars it builds last), and in which nothing keeps memory as
+//! above, takes a mark as it begins and releases it before each return, before building
+//! that tuple. What it allocated can be reached after the release only through its
+//! result, which holds no address. Recursion that makes arrays on each level then holds
+//! those of the levels still running, not of every call made. (A call of any other
+//! function is left alone: the loop around it, or the recursion it is called from,
+//! gives back what it makes.)
+//!
+//! Only loops and functions that make arrays (themselves or through calls) are
+//! changed: a release costs a little, and small records and tuples are not worth it.
 
 use crate::callgraph::CallGraph;
 use crate::cfg::ControlFlow;
@@ -39,6 +50,8 @@ pub struct Escapes {
     keeps: Vec<bool>,
     /// It may make an array (itself or through the functions it calls).
     makes_arrays: Vec<bool>,
+    /// The names of the functions that may call themselves (directly or not).
+    recursive: std::collections::HashSet<String>,
 }
 
 impl Escapes {
@@ -75,7 +88,13 @@ impl Escapes {
                 }
             }
         }
-        Escapes { keeps, makes_arrays }
+        let recursive = module
+            .funcs
+            .iter()
+            .filter(|&(id, _)| graph.is_recursive(id))
+            .map(|(_, f)| f.name.clone())
+            .collect();
+        Escapes { keeps, makes_arrays, recursive }
     }
 
     fn call_keeps(&self, op: &Op) -> bool {
@@ -96,13 +115,12 @@ fn is_scalar(ty: crate::TypeId) -> bool {
 fn keeps_memory(f: &Function, op: &Op, args: &[Value]) -> bool {
     match op {
         Op::RefStore | Op::MutStore(..) => args.last().is_some_and(|&v| !is_scalar(f.value_type(v))),
-        Op::StackPush
-        | Op::StackPut
-        | Op::StackReserve
-        | Op::StackPop
-        | Op::StackPeek
-        | Op::ArenaMark
-        | Op::ArenaRelease => true,
+        // A scalar put into room reserved before the loop allocates nothing; a pop or
+        // peek reads what was pushed before the loop began (no push in the loop is
+        // allowed), so an array it gives back was allocated before the iteration's mark.
+        Op::StackPut => args.iter().skip(1).any(|&v| !is_scalar(f.value_type(v))),
+        Op::StackPop | Op::StackPeek => false,
+        Op::StackPush | Op::StackReserve | Op::ArenaMark | Op::ArenaRelease => true,
         _ => false,
     }
 }
@@ -130,6 +148,8 @@ pub fn for_engines(f: &Function, escapes: &Escapes) -> Option<Function> {
         ValueDef::Inst(i) => block_of.get(i.index()).copied().flatten(),
     };
     let mut plans: Vec<Plan> = Vec::new();
+    // The blocks of loops that give back their iterations' memory.
+    let mut given_back = vec![false; n];
     for &h in &cfg.rpo {
         let latches: Vec<Block> =
             cfg.preds[h.index()].iter().copied().filter(|&p| cfg.dominates(h, p)).collect();
@@ -147,12 +167,31 @@ pub fn for_engines(f: &Function, escapes: &Escapes) -> Option<Function> {
         }
         if let Some(plan) = plan_loop(f, &cfg, h, &latches, &body, &def_block, escapes) {
             plans.push(plan);
+            for (c, &inside) in given_back.iter_mut().zip(&body) {
+                *c |= inside;
+            }
         }
     }
-    if plans.is_empty() {
+    let whole_call = plan_call(f, &cfg, escapes, &given_back);
+    if plans.is_empty() && whole_call.is_none() {
         return None;
     }
     let mut out = f.clone();
+    if let Some(returns) = whole_call {
+        let entry = out.entry();
+        let span = out.span;
+        let mark = out.push_value(entry, Op::ArenaMark, vec![], TypeTable::I64, span);
+        if let Some(inst) = out.blocks[entry].insts.pop() {
+            out.blocks[entry].insts.insert(0, inst);
+        }
+        for (b, at) in returns {
+            let span = out.blocks[b].term_span;
+            out.push_inst(b, Op::ArenaRelease, vec![mark], None, span);
+            if let Some(inst) = out.blocks[b].insts.pop() {
+                out.blocks[b].insts.insert(at, inst);
+            }
+        }
+    }
     for plan in plans {
         let span = out.blocks[plan.mark_block].term_span;
         let mark = out.push_value(plan.mark_block, Op::ArenaMark, vec![], TypeTable::I64, span);
@@ -165,6 +204,62 @@ pub fn for_engines(f: &Function, escapes: &Escapes) -> Option<Function> {
         }
     }
     Some(out)
+}
+
+/// Where a function whose memory nothing can reach after it returns releases it: each
+/// returning block, and the position there (before a tuple of scalars the block builds
+/// to return, else at its end). `None` when the function makes no array outside the
+/// loops that give theirs back, may keep
+/// memory (see [`keeps_memory`]), or returns anything but scalars and such a tuple, and
+/// for functions that do not recurse: the loop around a call, or the recursion it is
+/// called from, gives back what one call makes, and a release costs a little.
+fn plan_call(
+    f: &Function,
+    cfg: &ControlFlow,
+    escapes: &Escapes,
+    given_back: &[bool],
+) -> Option<Vec<(Block, usize)>> {
+    if !escapes.recursive.contains(&f.name) || !cfg.preds[f.entry().index()].is_empty() {
+        return None;
+    }
+    let mut makes = false;
+    for (b, data) in f.blocks.iter() {
+        for &i in &data.insts {
+            let d = &f.insts[i];
+            if keeps_memory(f, &d.op, &d.args) || escapes.call_keeps(&d.op) {
+                return None;
+            }
+            let made = makes_array(&d.op) || escapes.call_makes_arrays(&d.op);
+            makes |= made && !given_back.get(b.index()).copied().unwrap_or(false);
+        }
+    }
+    if !makes {
+        return None;
+    }
+    let mut returns = Vec::new();
+    for (b, data) in f.blocks.iter() {
+        if !cfg.is_reachable(b) {
+            continue;
+        }
+        let Terminator::Return(r) = data.term else { continue };
+        let at = match r {
+            None => data.insts.len(),
+            Some(v) if is_scalar(f.value_type(v)) => data.insts.len(),
+            Some(v) => {
+                // A tuple of scalars built last in the block: released before it, so that
+                // it is built after the release (it may be allocated).
+                let ValueDef::Inst(i) = f.values[v].def else { return None };
+                let d = &f.insts[i];
+                let scalars = d.args.iter().all(|&a| is_scalar(f.value_type(a)));
+                if !matches!(d.op, Op::TupleNew) || !scalars || data.insts.last() != Some(&i) {
+                    return None;
+                }
+                data.insts.len() - 1
+            }
+        };
+        returns.push((b, at));
+    }
+    Some(returns)
 }
 
 /// Where a loop takes its mark, and the blocks that release it.
@@ -319,6 +414,56 @@ mod tests {
         // No array is made: nothing to give back.
         let scalar = counted("f64", "%s0_6: f64 = fconst 0.0", "    %s_9: f64 = fadd %s_4, %x_0", "");
         assert_eq!(releases(&scalar, 0), None);
+    }
+
+    #[test]
+    fn scalars_put_on_a_tape_and_pops_keep_nothing() {
+        // A forward pass's loop: a scalar of each iteration put into room reserved before it.
+        let put = |value: &str| {
+            counted(
+                "f64",
+                "%s0_6: f64 = fconst 0.0\n    %st_20: stack<f64[]> = stack.new\n    %sf_21: stack<f64> = stack.new\n    %w_22: i64 = stack.reserve %sf_21, %z_5, %n_1, %z_5\n    %v_23: i64 = stack.reserve %st_20, %z_5, %n_1, %z_5",
+                &format!("    %k_8: i64 = iconst 1000\n    %a_12: f64[] = array.fill %x_0, %k_8\n    %e_13: f64 = load %a_12[%i_3]\n    {value}\n    %s_9: f64 = fadd %s_4, %e_13"),
+                "",
+            )
+        };
+        let scalar = releases(&put("stack.put %sf_21, %w_22, %i_3, %e_13"), 0);
+        assert!(scalar.is_some_and(|t| t.contains("arena.release")));
+        // The array itself put on the tape outlives the iteration.
+        assert_eq!(releases(&put("stack.put %st_20, %v_23, %i_3, %a_12"), 0), None);
+        // A push may grow the stack within the iteration.
+        assert_eq!(releases(&put("stack.push %sf_21, %e_13"), 0), None);
+        // A reverse pass's loop pops what was pushed before it.
+        let pop = releases(&put("%p_24: f64 = stack.pop %sf_21"), 0);
+        assert!(pop.is_some_and(|t| t.contains("arena.release")));
+    }
+
+    #[test]
+    fn a_recursive_call_gives_back_what_it_made_when_it_returns() {
+        let rec = |ret_ty: &str, ret: &str| {
+            // A tuple the recursive call returns is built again from its fields.
+            let back = if ret_ty.starts_with('(') {
+                "    %u_11: f64 = tuple.get 0 %r_8\n    %v_12: (f64, i64) = tuple.new %u_11, %n_1\n    ret %v_12"
+            } else {
+                "    ret %r_8"
+            };
+            format!(
+                "fn @f(%x_0: f64, %n_1: i64) -> {ret_ty} {{\nbb0:\n    %z_2: i64 = iconst 0\n    %c_3: bool = icmp le %n_1, %z_2\n    br %c_3, bb1, bb2\nbb1:\n    %k_4: i64 = iconst 8\n    %a_5: f64[] = array.fill %x_0, %k_4\n{ret}\nbb2:\n    %one_6: i64 = iconst 1\n    %m_7: i64 = isub %n_1, %one_6\n    %r_8: {ret_ty} = call @f(%x_0, %m_7)\n{back}\n}}\n"
+            )
+        };
+        let scalar =
+            releases(&rec("f64", "    %e_9: f64 = load %a_5[%z_2]\n    ret %e_9"), 0).expect("released");
+        assert!(scalar.contains("bb0:\n    %2: i64 = arena.mark\n"), "{scalar}");
+        assert_eq!(scalar.matches("arena.release %2\n    ret").count(), 2, "{scalar}");
+        // A tuple of scalars is built after the release.
+        let tuple = releases(
+            &rec("(f64, i64)", "    %e_9: f64 = load %a_5[%z_2]\n    %t_10: (f64, i64) = tuple.new %e_9, %n_1\n    ret %t_10"),
+            0,
+        )
+        .expect("released");
+        assert!(tuple.contains("arena.release %2\n    %t_8: (f64, i64) = tuple.new"), "{tuple}");
+        // An array it returns is still in use.
+        assert_eq!(releases(&rec("f64[]", "    ret %a_5"), 0), None);
     }
 
     #[test]
