@@ -32,7 +32,7 @@ use mcir_ir::entity::EntityRef;
 use mcir_ir::{
     Block, FBinOp, FUnOp, Function, Inst, InstData, Op, Span, TypeTable, Value, ValueData, ValueDef,
 };
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// More terms (or more addends that wait on nothing) than this and a combination is
 /// computed where it is defined: the coefficients of a longer one, repeated in each
@@ -126,7 +126,7 @@ pub(crate) fn shorten_chains(mut f: Function) -> Function {
     }
     let mut late = carried_values(&f);
     let (uses_here, escapes) = count_uses(&f);
-    let mut same: HashMap<Value, Value> = HashMap::new();
+    let mut same: HashMap<Value, Value> = HashMap::default();
     let first_new = f.values.len();
     let blocks: Vec<Block> = f.blocks.keys().collect();
     for b in blocks {
@@ -134,14 +134,14 @@ pub(crate) fn shorten_chains(mut f: Function) -> Function {
             late: std::mem::take(&mut late),
             uses_here: &uses_here,
             escapes: &escapes,
-            forms: HashMap::new(),
-            made: HashMap::new(),
-            atom_of: HashMap::new(),
-            depth: HashMap::new(),
+            forms: HashMap::default(),
+            made: HashMap::default(),
+            atom_of: HashMap::default(),
+            depth: HashMap::default(),
             first_new,
-            names: HashMap::new(),
+            names: HashMap::default(),
             out: Vec::new(),
-            pos: HashMap::new(),
+            pos: HashMap::default(),
             now: 0,
             seq: 0,
             span: Span::default(),
@@ -579,8 +579,8 @@ mod tests {
 
     /// Runs a function of `f64` arithmetic, jumps and a returned tuple.
     fn eval(f: &Function, args: &[f64]) -> Vec<f64> {
-        let mut env: HashMap<Value, f64> = HashMap::new();
-        let mut tuple: HashMap<Value, Vec<f64>> = HashMap::new();
+        let mut env: HashMap<Value, f64> = HashMap::default();
+        let mut tuple: HashMap<Value, Vec<f64>> = HashMap::default();
         let mut block = f.entry();
         let mut incoming: Vec<f64> = args.to_vec();
         loop {

@@ -49,6 +49,22 @@ impl OpKey {
     }
 }
 
+/// The operands of a pure operation, held inline (no pure operation takes more than
+/// three), so that a table of a long block's operations allocates nothing per entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Operands {
+    len: u8,
+    values: [Value; 3],
+}
+
+impl Operands {
+    fn of(args: &[Value]) -> Option<Operands> {
+        let mut values = [Value::new(0); 3];
+        values.get_mut(..args.len())?.copy_from_slice(args);
+        Some(Operands { len: args.len() as u8, values })
+    }
+}
+
 /// The key of `op` if it is pure in the sense above.
 fn key(types: &TypeTable, op: &Op) -> Option<OpKey> {
     let pure = op.is_scalar_arith()
@@ -74,12 +90,12 @@ pub fn eliminate_common_subexpressions(mut f: Function, types: &TypeTable) -> Fu
         }
     }
     let mut subst: HashMap<Value, Value> = HashMap::default();
-    let mut seen: HashMap<(OpKey, Vec<Value>), Value> = HashMap::default();
+    let mut seen: HashMap<(OpKey, Operands), Value> = HashMap::default();
     // Depth-first down the dominator tree; each block's entries leave the table when
     // the walk leaves the block's subtree.
     enum Step {
         Enter(Block),
-        Leave(Vec<(OpKey, Vec<Value>)>),
+        Leave(Vec<(OpKey, Operands)>),
     }
     let mut work = vec![Step::Enter(f.entry())];
     while let Some(step) = work.pop() {
@@ -122,12 +138,16 @@ pub fn eliminate_common_subexpressions(mut f: Function, types: &TypeTable) -> Fu
                 }
                 continue;
             }
-            match seen.entry((k, f.insts[i].args.clone())) {
+            let Some(operands) = Operands::of(&f.insts[i].args) else {
+                kept.push(i);
+                continue;
+            };
+            match seen.entry((k, operands)) {
                 std::collections::hash_map::Entry::Occupied(e) => {
                     subst.insert(r, *e.get());
                 }
                 std::collections::hash_map::Entry::Vacant(e) => {
-                    added.push(e.key().clone());
+                    added.push(*e.key());
                     e.insert(r);
                     kept.push(i);
                 }

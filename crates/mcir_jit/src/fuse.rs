@@ -26,6 +26,9 @@ use mcir_ir::{Function, Inst, Op, TypeTable, Value};
 
 /// The members of fused groups: maps lowered as part of a later instruction's loop.
 pub(crate) fn fused_members(f: &Function, types: &TypeTable) -> HashSet<Inst> {
+    if !f.insts.values().any(|d| is_map(&d.op)) {
+        return HashSet::new();
+    }
     let mut uses: Vec<u32> = vec![0; f.values.len()];
     let mut user: HashMap<Value, Inst> = HashMap::new();
     for (_, data) in f.blocks.iter() {

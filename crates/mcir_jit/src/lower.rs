@@ -21,7 +21,7 @@ use mcir_ir::{
     BlockCall, CmpOp, FBinOp, FUnOp, FuncId, Function, IBinOp, IUnOp, Module, Op, Scalar, Span, Terminator,
     TypeId, TypeTable, Value,
 };
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 /// A runtime function as generated code sees it.
 pub(crate) struct RtFn {
@@ -144,7 +144,7 @@ pub(crate) fn register_fields(types: &TypeTable, f: &Function) -> Option<Vec<CTy
 /// calls to functions of `in_registers` return, when nothing uses them but field reads
 /// and, if `f` returns its tuple's fields in registers itself, its returns.
 fn register_tuples(f: &Function, in_registers: &[bool], returns_fields: bool) -> HashSet<Value> {
-    let mut candidates: HashSet<Value> = HashSet::new();
+    let mut candidates: HashSet<Value> = HashSet::default();
     for (_, d) in f.insts.iter() {
         match (&d.op, d.result) {
             (Op::TupleNew, Some(r)) if !d.args.is_empty() => {
@@ -180,7 +180,7 @@ pub(crate) struct Lowering<'a> {
     pub funcs: &'a [CFuncId],
     /// Which functions return their tuple's fields in registers (by function index).
     pub in_registers: &'a [bool],
-    pub runtime: &'a HashMap<&'static str, CFuncId>,
+    pub runtime: &'a std::collections::HashMap<&'static str, CFuncId>,
     pub sites: &'a mut Sites,
     /// Whether the function runs once per call from Rust (compiled for speed of
     /// compiling): its code is kept short, with `exp` a call to the runtime rather than
@@ -283,7 +283,7 @@ fn map_sincos_pairs(
     f: &Function,
     fused: &HashMap<Value, mcir_ir::Inst>,
 ) -> HashMap<mcir_ir::Inst, mcir_ir::Inst> {
-    let mut out = HashMap::new();
+    let mut out = HashMap::default();
     for (_, data) in f.blocks.iter() {
         let pos = |i: mcir_ir::Inst| data.insts.iter().position(|&x| x == i);
         // The instruction that consumes a fused map's chain: follow the single use.
@@ -330,9 +330,9 @@ fn map_sincos_pairs(
 
 /// The pairs `sin x`, `cos x` of one operand in one block (see `FnLower::sincos_partner`).
 fn sincos_pairs(f: &Function) -> HashMap<mcir_ir::Inst, Value> {
-    let mut out = HashMap::new();
+    let mut out = HashMap::default();
     for (_, data) in f.blocks.iter() {
-        let mut first: HashMap<(Value, bool), (mcir_ir::Inst, Value)> = HashMap::new();
+        let mut first: HashMap<(Value, bool), (mcir_ir::Inst, Value)> = HashMap::default();
         for &i in &data.insts {
             let d = &f.insts[i];
             let (Op::FUnary(op @ (FUnOp::Sin | FUnOp::Cos)), Some(r)) = (&d.op, d.result) else { continue };
@@ -423,8 +423,11 @@ enum Extents {
 /// into its room (which uses its result, so runs after it), the stack cannot have grown
 /// or moved, unless the reservation ran again and made a new result.
 fn sole_reservations(f: &Function) -> HashSet<Value> {
-    let mut reservations: HashMap<Value, Vec<Value>> = HashMap::new();
-    let mut other_uses: HashSet<Value> = HashSet::new();
+    if !f.insts.values().any(|d| matches!(d.op, Op::StackReserve)) {
+        return HashSet::default();
+    }
+    let mut reservations: HashMap<Value, Vec<Value>> = HashMap::default();
+    let mut other_uses: HashSet<Value> = HashSet::default();
     // Each put's stack and the reservation it indexes from: a cursor holds one stack's
     // data, so an offset used to index another stack disqualifies its reservation.
     let mut puts: Vec<(Value, Value)> = Vec::new();
@@ -472,7 +475,7 @@ const MAX_SIZED_ROOM: i64 = 4096;
 /// records its loop keeps, not for sixteen on each of its stacks.
 fn sized_stacks(f: &Function) -> HashMap<Value, (Value, i64, i64, i64)> {
     let sole = sole_reservations(f);
-    let mut out = HashMap::new();
+    let mut out = HashMap::default();
     for (_, data) in f.blocks.iter() {
         let made: HashSet<Value> = data
             .insts
@@ -502,9 +505,9 @@ fn sized_stacks(f: &Function) -> HashMap<Value, (Value, i64, i64, i64)> {
 /// on or stored), so no other value in the function refers to the stack and nothing but
 /// these pops changes it while the function runs. A reverse pass's tape stacks are so.
 fn popped_only(f: &Function) -> HashSet<Value> {
-    let mut fields: HashMap<(Value, u32), Vec<Value>> = HashMap::new();
-    let mut popped: HashSet<Value> = HashSet::new();
-    let mut other_uses: HashSet<Value> = HashSet::new();
+    let mut fields: HashMap<(Value, u32), Vec<Value>> = HashMap::default();
+    let mut popped: HashSet<Value> = HashSet::default();
+    let mut other_uses: HashSet<Value> = HashSet::default();
     for (_, d) in f.insts.iter() {
         match d.op {
             Op::StructGet(_, k) => {
@@ -534,11 +537,11 @@ fn popped_only(f: &Function) -> HashSet<Value> {
 /// `popped` (whose length only pops change) that follow each other in a block with
 /// nothing else using that stack between them. A record of several values is popped so.
 fn pop_runs(f: &Function, popped: &HashSet<Value>) -> (HashMap<mcir_ir::Inst, i64>, HashSet<mcir_ir::Inst>) {
-    let mut runs = HashMap::new();
-    let mut rest = HashSet::new();
+    let mut runs = HashMap::default();
+    let mut rest = HashSet::default();
     for (_, data) in f.blocks.iter() {
         // Per stack: the run being built (its first pop and length).
-        let mut open: HashMap<Value, (mcir_ir::Inst, i64)> = HashMap::new();
+        let mut open: HashMap<Value, (mcir_ir::Inst, i64)> = HashMap::default();
         for &i in &data.insts {
             let d = &f.insts[i];
             for (k, a) in d.args.iter().enumerate() {
@@ -653,33 +656,33 @@ impl<'a> Lowering<'a> {
             unwind: CBlock::from_u32(0),
             vals: vec![None; f.values.len()],
             blocks: Vec::new(),
-            refs: HashMap::new(),
+            refs: HashMap::default(),
             proofs: f.proofs_in_place(),
             loop_depth: Vec::new(),
             fused,
             block_bytes: 0,
             piece: None,
-            early_records: HashMap::new(),
-            early_fields: HashMap::new(),
+            early_records: HashMap::default(),
+            early_fields: HashMap::default(),
             releases_arena,
             header_loads: if releases_arena { flags() } else { header_flags() },
             returns_fields,
             register_tuples,
-            tuple_fields: HashMap::new(),
+            tuple_fields: HashMap::default(),
             unset,
             stepped: None,
-            latch_target: HashMap::new(),
+            latch_target: HashMap::default(),
             sole_reservations: sole_reservations(f),
             sized_stacks: sized_stacks(f),
-            cursors: HashMap::new(),
+            cursors: HashMap::default(),
             popped_only,
-            pop_cursors: HashMap::new(),
+            pop_cursors: HashMap::default(),
             pop_runs,
             unchecked_pops,
             sincos_partner: sincos_pairs(f),
             sincos_slot: None,
-            map_partner: HashMap::new(),
-            map_partner_of: HashMap::new(),
+            map_partner: HashMap::default(),
+            map_partner_of: HashMap::default(),
             elem_offset: None,
         };
         fl.map_partner = map_sincos_pairs(f, &fl.fused);
@@ -985,13 +988,13 @@ impl FnLower<'_, '_> {
             }
             Some(_) => {
                 // Every other header parameter goes round unchanged.
-                let (c, _) = self.pair_copies(h, u, counter, HashMap::new(), &[])?;
+                let (c, _) = self.pair_copies(h, u, counter, HashMap::default(), &[])?;
                 args = params.iter().map(|&p| self.v(p)).collect::<Result<_, _>>()?;
                 args[counter_at] = c;
             }
             None => {
                 let delta = if up { 1 } else { -1 };
-                self.stepped = Some(Stepped { unroll: u, delta, previous: HashMap::new() });
+                self.stepped = Some(Stepped { unroll: u, delta, previous: HashMap::default() });
                 for copy in 0..u.factor {
                     if copy > 0 {
                         for (k, p) in params.iter().enumerate() {
@@ -1240,7 +1243,7 @@ impl FnLower<'_, '_> {
     ) -> Result<HashMap<Value, CValue>, String> {
         let f = self.f;
         let mut lanes: HashMap<Value, CValue> = carried.clone();
-        let mut low: HashMap<Value, CValue> = HashMap::new();
+        let mut low: HashMap<Value, CValue> = HashMap::default();
         for &inst in &f.blocks[body].insts {
             let d = &f.insts[inst];
             let vector =
