@@ -220,6 +220,14 @@ def fresh_arrays_in_loops(v, n):
     for i in range(n):
         m = [e + w[2] for e in [x, w[0], w[1] * x]]
         s = s + m[i % 3] * m[(i + 1) % 3] * 0.01
+    for i in range(n):
+        a = x * w[1]
+        if i % 2 == 0:
+            s = s + a * a
+        else:
+            s = s - sin(a) * 0.5
+        for j in range(2):
+            s = s + a * 0.01
     return s
 
 

@@ -16,7 +16,7 @@ use mcir_ir::{
     Block, BlockCall, CmpOp, FBinOp, FUnOp, Function, IBinOp, Inst, Op, Terminator, Transpose, Type, TypeId,
     TypeTable, Value,
 };
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// A buffer of the tape: one per value the reverse pass reads, plus the path stack.
 pub(crate) struct Slot {
@@ -50,11 +50,11 @@ pub(crate) struct Reverse<'a> {
     fw_block_to_primal: HashMap<Block, Block>,
     /// Values pushed (block, value), popped in the reverse of their block, and to be
     /// popped there after the fact.
-    pushed: std::collections::HashSet<(Block, Value)>,
-    popped_in: std::collections::HashSet<(Block, Value)>,
+    pushed: rustc_hash::FxHashSet<(Block, Value)>,
+    popped_in: rustc_hash::FxHashSet<(Block, Value)>,
     pop_in: Vec<(Block, Value, usize)>,
     /// Values defined in the forward pass's entry block.
-    fw_entry_values: std::collections::HashSet<Value>,
+    fw_entry_values: rustc_hash::FxHashSet<Value>,
     pub slots: Vec<Slot>,
     slot_of: HashMap<Value, usize>,
     /// Slots of values pushed where they are read rather than where they are computed:
@@ -86,9 +86,9 @@ pub(crate) struct Reverse<'a> {
     /// Primal values that the adjoint of a product or quotient reads whatever else is
     /// recomputed (see [`read_by_products`]): a product of them is computed again from
     /// them instead of being taped.
-    read_anyway: std::collections::HashSet<Value>,
+    read_anyway: rustc_hash::FxHashSet<Value>,
     /// Array types no instruction of the primal writes (see [`never_written_arrays`]).
-    never_written: std::collections::HashSet<TypeId>,
+    never_written: rustc_hash::FxHashSet<TypeId>,
     /// Loop headers whose incoming edge is known from a counter.
     pub counted: Vec<Option<crate::analysis::CountedHeader>>,
     /// Loops whose counter the reverse pass recomputes, the counters' values in the
@@ -102,19 +102,21 @@ pub(crate) struct Reverse<'a> {
     /// conditions that led to it (see [`Reverse::replay_region`]), or need not find (see
     /// [`Reverse::drop_pointless_paths`]): the forward pass marks no edge into them on
     /// the path stack.
-    pub replayed: std::collections::HashSet<Block>,
+    pub replayed: rustc_hash::FxHashSet<Block>,
     /// The path pop of each join's reverse (the value popped, and the join).
     path_pops: Vec<(Value, Block)>,
     /// The primal's control flow, for the dominators of joins.
     flow: mcir_ir::cfg::ControlFlow,
     /// Arrays made by elementwise maps whose adjoint is held in values, not in a shadow
     /// array (see `register_held_arrays`), and those adjoints so far.
-    held: std::collections::HashSet<Value>,
+    held: rustc_hash::FxHashSet<Value>,
     held_adj: HashMap<Value, HeldAdjoint>,
     /// Shadows the reverse pass makes again (see [`shadows_made_in_reverse`]).
-    made_in_reverse: HashMap<Value, (ShapeSource, Block)>,
+    made_in_reverse: HashMap<Value, (ShapeSource, Remade)>,
+    /// Shadows made again at the top of a latch's reverse, once per forward shadow.
+    remade_at_latch: HashMap<Value, Value>,
     /// Primal arrays made in a loop, anew in each iteration (see [`fresh_in_loops`]).
-    fresh_in_loops: std::collections::HashSet<Value>,
+    fresh_in_loops: rustc_hash::FxHashSet<Value>,
 }
 
 /// The adjoint of an array held in values: the same scalar for every element (the
@@ -155,9 +157,9 @@ fn through_forwarding_blocks(f: &Function, call: &BlockCall) -> BlockCall {
 /// quotient, and the quotient itself where the divisor is active. The reverse pass has
 /// them at hand whatever it decides for other values, so a cheap computation of them (`y
 /// * y`, `3 * y` in a Newton step) costs less to do again than to tape.
-fn read_by_products(primal: &Function, active: &[bool]) -> std::collections::HashSet<Value> {
+fn read_by_products(primal: &Function, active: &[bool]) -> rustc_hash::FxHashSet<Value> {
     let is_active = |v: Value| active.get(v.index()).copied().unwrap_or(false);
-    let mut out = std::collections::HashSet::new();
+    let mut out = rustc_hash::FxHashSet::default();
     for data in primal.blocks.values() {
         for &i in &data.insts {
             let d = &primal.insts[i];
@@ -206,8 +208,8 @@ fn exact_inverse_of_constant(primal: &Function, v: Value) -> Option<f64> {
 /// a kernel. A function that calls another or gives arena memory back (a checkpointed
 /// loop, whose arrays' memory a later array may reuse) counts as writing every array.
 /// Elements of the others are the same all through a call.
-fn never_written_arrays(primal: &Function) -> std::collections::HashSet<TypeId> {
-    let mut types: std::collections::HashSet<TypeId> = primal.values.values().map(|v| v.ty).collect();
+fn never_written_arrays(primal: &Function) -> rustc_hash::FxHashSet<TypeId> {
+    let mut types: rustc_hash::FxHashSet<TypeId> = primal.values.values().map(|v| v.ty).collect();
     for data in primal.blocks.values() {
         for &i in &data.insts {
             let d = &primal.insts[i];
@@ -232,9 +234,9 @@ fn never_written_arrays(primal: &Function) -> std::collections::HashSet<TypeId> 
 
 /// The values made by allocating ops and calls in loops (arrays among them): each
 /// iteration makes its own.
-fn fresh_in_loops(primal: &Function) -> std::collections::HashSet<Value> {
+fn fresh_in_loops(primal: &Function) -> rustc_hash::FxHashSet<Value> {
     let depth = mcir_ir::cfg::ControlFlow::compute(primal).loop_depths();
-    let mut out = std::collections::HashSet::new();
+    let mut out = rustc_hash::FxHashSet::default();
     for (b, data) in primal.blocks.iter() {
         if depth.get(b.index()).copied().unwrap_or(0) == 0 {
             continue;
@@ -291,18 +293,32 @@ fn shape_source(primal: &Function, fw: &Forward, v: Value, depth: u32) -> Option
     }
 }
 
+/// Where the reverse pass makes a shadow again: in the reverse of the block that makes
+/// the array, before its first read there, or at the top of the reverse of the loop's
+/// latch, where each iteration's reverse begins.
+#[derive(Clone, Copy)]
+enum Remade {
+    InBlock(Block),
+    AtLatch(Block),
+}
+
 /// The zeroed shadows of arrays made in loops that the reverse pass makes again instead
-/// of reading them from the tape: (forward shadow, how to make it, the array's block).
-/// The forward pass only makes such a shadow (nothing in it reads, writes or passes on
-/// the shadow), and every use of the array is in the block that makes it, so the
-/// reverse of that block is the only code that reads the shadow, and a fresh zeroed
-/// array made there, before its first read, holds what the taped one would. Each
-/// iteration's shadow then lives only in that iteration's reverse, where the loop can
-/// give it back, instead of one per iteration being kept from the forward pass to the
-/// end of the call.
-fn shadows_made_in_reverse(primal: &Function, fw: &Forward) -> HashMap<Value, (ShapeSource, Block)> {
-    let depth = mcir_ir::cfg::ControlFlow::compute(primal).loop_depths();
-    let mut made: HashMap<Value, Block> = HashMap::new();
+/// of reading them from the tape: (forward shadow, how to make it, where). The forward
+/// pass only makes such a shadow (nothing in it reads, writes or passes on the shadow),
+/// and only the reverse of the iteration that made the array reads it, so a fresh
+/// zeroed array made before the first of those reads holds what the taped one would.
+/// Each iteration's shadow then lives only in that iteration's reverse, where the loop
+/// can give it back, instead of one per iteration being kept from the forward pass to
+/// the end of the call. Either every use of the array is in the block that makes it
+/// (the shadow is made there), or the array is made on every iteration of a loop with
+/// one latch, is used only in blocks that block dominates, and no path from it leaves
+/// the loop but through the latch (no `break` or `return`): the reverse of the latch
+/// then begins the reverse of every iteration and dominates every read, and the shadow
+/// is made there, from a shape that does not change from one iteration to the next.
+fn shadows_made_in_reverse(primal: &Function, fw: &Forward) -> HashMap<Value, (ShapeSource, Remade)> {
+    let cfg = mcir_ir::cfg::ControlFlow::compute(primal);
+    let depth = cfg.loop_depths();
+    let mut made: HashMap<Value, Block> = HashMap::default();
     for (b, data) in primal.blocks.iter() {
         if depth.get(b.index()).copied().unwrap_or(0) == 0 {
             continue;
@@ -313,34 +329,95 @@ fn shadows_made_in_reverse(primal: &Function, fw: &Forward) -> HashMap<Value, (S
             }
         }
     }
-    // Arrays used outside the block that makes them.
+    if made.is_empty() {
+        return HashMap::default();
+    }
+    // The blocks that use each array made in a loop.
+    let mut used_in: HashMap<Value, Vec<Block>> = HashMap::default();
     for (b, data) in primal.blocks.iter() {
         let mut uses: Vec<Value> = data.term.uses();
         for &i in &data.insts {
             uses.extend(primal.insts[i].args.iter().copied());
         }
         for u in uses {
-            if made.get(&u).is_some_and(|&mb| mb != b) {
-                made.remove(&u);
+            if made.contains_key(&u) {
+                used_in.entry(u).or_default().push(b);
             }
         }
     }
-    let candidates: HashMap<Value, (ShapeSource, Block)> = made
-        .into_iter()
-        .filter_map(|(r, b)| {
-            let s = *fw.shadows.get(r.index())?.first()?;
-            let mcir_ir::ValueDef::Inst(si) = fw.e.func.values[s].def else { return None };
-            if !matches!(fw.e.func.insts[si].op, Op::ZerosLike) {
+    let entry = primal.entry();
+    let entry_insts: rustc_hash::FxHashSet<Inst> = primal.blocks[entry].insts.iter().copied().collect();
+    let per_call = |v: Value| match primal.values[v].def {
+        mcir_ir::ValueDef::Param(b, _) => b == entry,
+        mcir_ir::ValueDef::Inst(i) => {
+            entry_insts.contains(&i) || matches!(primal.insts[i].op, Op::IConst(_) | Op::FConst(_))
+        }
+    };
+    let mut loops: Vec<(Block, std::collections::HashSet<Block>)> = Vec::new();
+    let mut place = |r: Value, b: Block, source: &ShapeSource| -> Option<Remade> {
+        let blocks = used_in.get(&r).map(Vec::as_slice).unwrap_or(&[]);
+        if blocks.iter().all(|&u| u == b) {
+            return Some(Remade::InBlock(b));
+        }
+        let steady = match source {
+            ShapeSource::Extents(i) => primal.insts[*i].args[1..].iter().all(|&x| per_call(x)),
+            ShapeSource::Literal(_) | ShapeSource::Like(_) => true,
+        };
+        if !steady {
+            return None;
+        }
+        if loops.is_empty() {
+            for &h in &cfg.rpo {
+                if cfg.latches(h).next().is_some() {
+                    loops.push((h, cfg.loop_blocks(h)));
+                }
+            }
+        }
+        // The innermost loop around the array's block.
+        let (h, body) =
+            loops.iter().filter(|(_, body)| body.contains(&b)).min_by_key(|(_, body)| body.len())?;
+        let latches: Vec<Block> = cfg.latches(*h).collect();
+        let [latch] = latches[..] else { return None };
+        if !cfg.dominates(b, latch) || !blocks.iter().all(|&u| body.contains(&u) && cfg.dominates(b, u)) {
+            return None;
+        }
+        // Every path from the array's block stays in the loop up to the latch.
+        let mut seen: rustc_hash::FxHashSet<Block> = rustc_hash::FxHashSet::default();
+        let mut work = vec![b];
+        while let Some(x) = work.pop() {
+            if x == latch || !seen.insert(x) {
+                continue;
+            }
+            let term = &primal.blocks[x].term;
+            if matches!(term, Terminator::Return(_)) {
                 return None;
             }
-            Some((s, (shape_source(primal, fw, r, 8)?, b)))
-        })
-        .collect();
+            for c in term.successors() {
+                if !body.contains(&c.block) || c.block == *h {
+                    return None;
+                }
+                work.push(c.block);
+            }
+        }
+        Some(Remade::AtLatch(latch))
+    };
+    let mut candidates: HashMap<Value, (ShapeSource, Remade)> = HashMap::default();
+    for (r, b) in made {
+        let Some(&s) = fw.shadows.get(r.index()).and_then(|s| s.first()) else { continue };
+        let mcir_ir::ValueDef::Inst(si) = fw.e.func.values[s].def else { continue };
+        if !matches!(fw.e.func.insts[si].op, Op::ZerosLike) {
+            continue;
+        }
+        let Some(source) = shape_source(primal, fw, r, 8) else { continue };
+        if let Some(at) = place(r, b, &source) {
+            candidates.insert(s, (source, at));
+        }
+    }
     if candidates.is_empty() {
         return candidates;
     }
     let f = &fw.e.func;
-    let mut used: std::collections::HashSet<Value> = std::collections::HashSet::new();
+    let mut used: rustc_hash::FxHashSet<Value> = rustc_hash::FxHashSet::default();
     for data in f.blocks.values() {
         for &i in &data.insts {
             used.extend(f.insts[i].args.iter().copied().filter(|a| candidates.contains_key(a)));
@@ -350,9 +427,9 @@ fn shadows_made_in_reverse(primal: &Function, fw: &Forward) -> HashMap<Value, (S
     candidates.into_iter().filter(|(s, _)| !used.contains(s)).collect()
 }
 
-fn register_held_arrays(primal: &Function) -> std::collections::HashSet<Value> {
+fn register_held_arrays(primal: &Function) -> rustc_hash::FxHashSet<Value> {
     let is_map = |op: &Op| matches!(op, Op::MapFBinary(_) | Op::MapFUnary(_) | Op::MapFPowI);
-    let mut candidates: HashMap<Value, (Block, usize)> = HashMap::new();
+    let mut candidates: HashMap<Value, (Block, usize)> = HashMap::default();
     for (b, data) in primal.blocks.iter() {
         for (pos, &i) in data.insts.iter().enumerate() {
             let d = &primal.insts[i];
@@ -361,7 +438,7 @@ fn register_held_arrays(primal: &Function) -> std::collections::HashSet<Value> {
             }
         }
     }
-    let mut out: std::collections::HashSet<Value> = candidates.keys().copied().collect();
+    let mut out: rustc_hash::FxHashSet<Value> = candidates.keys().copied().collect();
     for (b, data) in primal.blocks.iter() {
         for (pos, &i) in data.insts.iter().enumerate() {
             let d = &primal.insts[i];
@@ -492,13 +569,13 @@ impl<'a> Reverse<'a> {
             fw_entry_values: {
                 let f = &fw.e.func;
                 let entry = &f.blocks[f.entry()];
-                let mut set: std::collections::HashSet<Value> = entry.params.iter().copied().collect();
+                let mut set: rustc_hash::FxHashSet<Value> = entry.params.iter().copied().collect();
                 set.extend(entry.insts.iter().filter_map(|&i| f.insts[i].result));
                 set
             },
             slots: Vec::new(),
-            slot_of: HashMap::new(),
-            read_slot_of: HashMap::new(),
+            slot_of: HashMap::default(),
+            read_slot_of: HashMap::default(),
             loop_depth: mcir_ir::cfg::ControlFlow::compute(primal).loop_depths(),
             path_slot: None,
             pushes: Vec::new(),
@@ -507,17 +584,17 @@ impl<'a> Reverse<'a> {
             cur: primal.entry(),
             cur_rblock: entry,
             pop_pos: 0,
-            popped: HashMap::new(),
+            popped: HashMap::default(),
             zero: None,
-            adj: HashMap::new(),
+            adj: HashMap::default(),
             cur_pos: 0,
             last_write_before_current: None,
             inst_pos: Vec::new(),
-            reloaded: HashMap::new(),
+            reloaded: HashMap::default(),
             read_anyway,
             never_written: never_written_arrays(primal),
             counted: Vec::new(),
-            counter_params: HashMap::new(),
+            counter_params: HashMap::default(),
             fw_to_primal: fw
                 .vmap
                 .iter()
@@ -530,8 +607,9 @@ impl<'a> Reverse<'a> {
             flow: mcir_ir::cfg::ControlFlow::compute(primal),
             counters,
             held: register_held_arrays(primal),
-            held_adj: HashMap::new(),
+            held_adj: HashMap::default(),
             made_in_reverse: shadows_made_in_reverse(primal, fw),
+            remade_at_latch: HashMap::default(),
             fresh_in_loops: fresh_in_loops(primal),
         }
     }
@@ -869,40 +947,99 @@ impl<'a> Reverse<'a> {
             .get(primal_v.index())
             .and_then(|s| s.first().copied())
             .ok_or_else(|| self.err(format!("{primal_v} has no shadow")))?;
-        if let Some((source, block)) = self.made_in_reverse.get(&fv).cloned() {
-            if let Some(&v) = self.popped.get(&fv) {
-                return Ok(v);
-            }
-            if block != self.cur {
-                return Err(self.err(format!("the shadow of {primal_v} is read outside its block")));
-            }
-            let ty = self.fw.e.ty(fv);
-            let v = match source {
-                ShapeSource::Extents(fill) => {
-                    let mut args = vec![self.e.fconst(0.0)];
-                    let primal = self.primal;
-                    for &x in &primal.insts[fill].args[1..] {
-                        args.push(self.fwdv(x)?);
+        if let Some((source, at)) = self.made_in_reverse.get(&fv).cloned() {
+            let v = match at {
+                Remade::InBlock(block) => {
+                    if let Some(&v) = self.popped.get(&fv) {
+                        return Ok(v);
                     }
-                    self.e.val(Op::ArrayFill, args, ty)
-                }
-                ShapeSource::Literal(dims) => {
-                    let mut args = vec![self.e.fconst(0.0)];
-                    for d in dims {
-                        args.push(self.e.iconst(i64::from(d)));
+                    if block != self.cur {
+                        return Err(self.err(format!("the shadow of {primal_v} is read outside its block")));
                     }
-                    self.e.val(Op::ArrayFill, args, ty)
+                    let v = self.zeroed(&source, fv, false)?;
+                    self.popped.insert(fv, v);
+                    v
                 }
-                ShapeSource::Like(a) => {
-                    let like = self.fwdv(a)?;
-                    self.e.val(Op::ZerosLike, vec![like], ty)
+                Remade::AtLatch(latch) => {
+                    if let Some(&v) = self.remade_at_latch.get(&fv) {
+                        return Ok(v);
+                    }
+                    // Made in the latch's reverse block, before everything there, from
+                    // constants and values the tape holds once per call.
+                    let here = self.e.block;
+                    let rb = self.rblock[latch.index()];
+                    self.e.block = rb;
+                    let before = self.e.func.blocks[rb].insts.len();
+                    let v = self.zeroed(&source, fv, true);
+                    self.e.block = here;
+                    let v = v?;
+                    let made: Vec<Inst> = self.e.func.blocks[rb].insts.drain(before..).collect();
+                    self.e.func.blocks[rb].insts.splice(0..0, made);
+                    self.remade_at_latch.insert(fv, v);
+                    v
                 }
             };
             self.e.func.values[v].name = self.fw.e.func.values[fv].name.clone();
-            self.popped.insert(fv, v);
             return Ok(v);
         }
         Ok(self.get(fv))
+    }
+
+    /// A zeroed array of the shape `source` gives, for the forward shadow `fv`. With
+    /// `per_call`, every value it reads is a constant or one the tape holds once per call
+    /// (see [`shadows_made_in_reverse`]), read without the block's own tape reads.
+    fn zeroed(&mut self, source: &ShapeSource, fv: Value, per_call: bool) -> Result<Value, AdError> {
+        let ty = self.fw.e.ty(fv);
+        let read = |this: &mut Self, x: Value| -> Result<Value, AdError> {
+            if !per_call {
+                return this.fwdv(x);
+            }
+            let f = this.fw.fwd(x)?;
+            if let mcir_ir::ValueDef::Inst(i) = this.fw.e.func.values[f].def {
+                if let op @ (Op::IConst(_) | Op::FConst(_)) = &this.fw.e.func.insts[i].op {
+                    let ty = this.fw.e.ty(f);
+                    return Ok(this.e.val(op.clone(), vec![], ty));
+                }
+            }
+            if !this.fw_entry_values.contains(&f) {
+                return Err(this.err(format!("{x} is not held once per call")));
+            }
+            // The tape's field for it, read in the reverse pass's entry block (never a
+            // value of the block being built, which the latch's reverse may precede).
+            let slot = match this.slot_of.get(&f) {
+                Some(&s) => s,
+                None => {
+                    let ty = this.fw.e.ty(f);
+                    let name = this.fw.e.func.values[f].name.clone().unwrap_or_else(|| "v".to_string());
+                    let s = this.new_slot(Some(f), ty, name, true);
+                    this.slot_of.insert(f, s);
+                    s
+                }
+            };
+            Ok(this.slots[slot].rev_stack)
+        };
+        let v = match source {
+            ShapeSource::Extents(fill) => {
+                let mut args = vec![self.e.fconst(0.0)];
+                let primal = self.primal;
+                for &x in &primal.insts[*fill].args[1..] {
+                    args.push(read(self, x)?);
+                }
+                self.e.val(Op::ArrayFill, args, ty)
+            }
+            ShapeSource::Literal(dims) => {
+                let mut args = vec![self.e.fconst(0.0)];
+                for &d in dims {
+                    args.push(self.e.iconst(i64::from(d)));
+                }
+                self.e.val(Op::ArrayFill, args, ty)
+            }
+            ShapeSource::Like(a) => {
+                let like = read(self, *a)?;
+                self.e.val(Op::ZerosLike, vec![like], ty)
+            }
+        };
+        Ok(v)
     }
 
     fn saved(&mut self, inst: Inst, k: usize) -> Result<Value, AdError> {
@@ -1168,14 +1305,14 @@ impl<'a> Reverse<'a> {
         }
         // Compares of path values now read by nothing go first, then the pops.
         let cleaned = crate::dce::remove_dead_code(f.clone());
-        let mut used = std::collections::HashSet::new();
+        let mut used = rustc_hash::FxHashSet::default();
         for (_, data) in cleaned.blocks.iter() {
             for &i in &data.insts {
                 used.extend(cleaned.insts[i].args.iter().copied());
             }
             used.extend(data.term.uses());
         }
-        let unread: std::collections::HashSet<Value> =
+        let unread: rustc_hash::FxHashSet<Value> =
             self.path_pops.iter().filter(|(k, _)| !used.contains(k)).map(|&(k, _)| k).collect();
         if unread.is_empty() {
             return;
@@ -1419,7 +1556,7 @@ impl<'a> Reverse<'a> {
 
     /// The conditions of the branches of `region`, evaluated again in the current block.
     fn replayed_conditions(&mut self, region: &[Block]) -> Result<HashMap<Value, Value>, AdError> {
-        let mut out = HashMap::new();
+        let mut out = HashMap::default();
         for &x in region {
             if let Terminator::Branch { cond, .. } = self.primal.blocks[x].term {
                 if out.contains_key(&cond) {

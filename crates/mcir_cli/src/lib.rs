@@ -766,6 +766,8 @@ fn cmd_check(
             let only_errors = report.failures.iter().all(|f| matches!(f, mcir::Failure::Error { .. }));
             let why = if report.failures.is_empty() {
                 "no trial could be checked: the function is not finite at any drawn arguments".to_string()
+            } else if only_errors && args.is_some() {
+                format!("`{}` fails at the arguments given (see the report)", report.function)
             } else if only_errors {
                 format!(
                     "`{}` fails at the arguments checked (see the report); give valid ones with --args",

@@ -569,7 +569,19 @@ impl Gen<'_, '_> {
                     _ => self.line(indent + 1, &format!("let {a} = copy(x) * tanh({value});")),
                 }
                 self.line(indent + 1, &format!("let {b} = {a} * 0.5 + x[{i}];"));
-                self.line(indent + 1, &format!("acc += tanh({b}[{i} % len({b})]) * {a}[0] * 0.25;"));
+                if self.src.chance(50) {
+                    self.line(indent + 1, &format!("acc += tanh({b}[{i} % len({b})]) * {a}[0] * 0.25;"));
+                } else {
+                    // Read under a branch: the forward pass pushes the path in every
+                    // iteration, and the shadows are made where each iteration's reverse
+                    // begins.
+                    let t = self.src.threshold();
+                    self.line(indent + 1, &format!("if x[{i}] > {t} {{"));
+                    self.line(indent + 2, &format!("acc += tanh({b}[{i} % len({b})]) * 0.25;"));
+                    self.line(indent + 1, "} else {");
+                    self.line(indent + 2, &format!("acc -= {a}[0] * {b}[1] * 0.1;"));
+                    self.line(indent + 1, "}");
+                }
                 self.line(indent, "}");
             }
             41 => {

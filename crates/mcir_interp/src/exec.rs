@@ -156,6 +156,10 @@ impl fmt::Display for RuntimeErrorKind {
             RuntimeErrorKind::ExtentTooLarge(n) => {
                 write!(f, "array extent {n} is larger than the largest allowed, {}", mcir_ir::MAX_EXTENT)
             }
+            // The size saturates when the product of the extents overflows.
+            RuntimeErrorKind::AllocationTooLarge { bytes: u64::MAX, limit } => {
+                write!(f, "an array whose size in bytes overflows 64 bits exceeds the limit of {limit} bytes")
+            }
             RuntimeErrorKind::AllocationTooLarge { bytes, limit } => {
                 write!(f, "allocation of {bytes} bytes exceeds the limit of {limit} bytes")
             }
@@ -199,6 +203,9 @@ pub struct Interpreter<'m> {
     limits: Limits,
     /// Bytes the current call has allocated, counted against `limits.max_memory_bytes`.
     allocated: u64,
+    /// Bytes of values pushed onto tape stacks, counted against the same limit but apart:
+    /// native code keeps a stack's room in a region no `arena.release` gives back.
+    tape_allocated: u64,
     /// Where `print` writes; standard error by default.
     print: Box<dyn FnMut(&str) + 'm>,
 }
@@ -207,7 +214,14 @@ impl<'m> Interpreter<'m> {
     /// An interpreter for `module`, which must pass the verifier.
     pub fn new(module: &'m Module, limits: Limits) -> Self {
         let runnable = Rc::new(Runnable::new(module));
-        Interpreter { module, runnable, limits, allocated: 0, print: Box::new(|s| eprintln!("{s}")) }
+        Interpreter {
+            module,
+            runnable,
+            limits,
+            allocated: 0,
+            tape_allocated: 0,
+            print: Box::new(|s| eprintln!("{s}")),
+        }
     }
 
     /// Sends the output of `print` to `sink` instead of standard error.
@@ -220,6 +234,7 @@ impl<'m> Interpreter<'m> {
     pub fn call(&mut self, func: FuncId, args: Vec<Val>) -> Result<Option<Val>, RuntimeError> {
         let deadline = self.limits.timeout.map(|t| (Instant::now() + t, t));
         self.allocated = 0;
+        self.tape_allocated = 0;
         let runnable = Rc::clone(&self.runnable);
         let module = self.module;
         let function = |id: FuncId| runnable.function(module, id);
@@ -269,7 +284,11 @@ impl<'m> Interpreter<'m> {
                 }
                 let args: Vec<&Val> = d.args.iter().map(|a| &frame.regs[a.index()]).collect();
                 let out = self.exec(&d.op, &args).map_err(fail)?;
-                self.charge(allocated_bytes(&d.op, &out)).map_err(fail)?;
+                if matches!(d.op, Op::StackPush) {
+                    self.charge_tape(allocated_bytes(&d.op, &out)).map_err(fail)?;
+                } else {
+                    self.charge(allocated_bytes(&d.op, &out)).map_err(fail)?;
+                }
                 if let Some(r) = d.result {
                     frame.regs[r.index()] = out;
                 }
@@ -313,7 +332,17 @@ impl<'m> Interpreter<'m> {
     /// Counts `bytes` more against the call's limit on memory.
     fn charge(&mut self, bytes: u64) -> Result<(), Kind> {
         self.allocated = self.allocated.saturating_add(bytes);
-        if self.allocated > self.limits.max_memory_bytes {
+        self.check_memory()
+    }
+
+    /// Counts `bytes` more of tape stacks against the call's limit on memory.
+    fn charge_tape(&mut self, bytes: u64) -> Result<(), Kind> {
+        self.tape_allocated = self.tape_allocated.saturating_add(bytes);
+        self.check_memory()
+    }
+
+    fn check_memory(&self) -> Result<(), Kind> {
+        if self.allocated.saturating_add(self.tape_allocated) > self.limits.max_memory_bytes {
             return Err(Kind::MemoryLimit { limit: self.limits.max_memory_bytes });
         }
         Ok(())

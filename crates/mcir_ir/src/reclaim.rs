@@ -20,11 +20,13 @@
 //!   header may be, as the header's last run is not released, and so may one passed out
 //!   on an edge that leaves the loop (a `break` or `return` does not release);
 //! - nothing in the loop (or in a function it calls, transitively: [`Escapes`]) stores a
-//!   value that is not a scalar into a reference or mutable struct or a tape stack,
-//!   pushes onto a tape stack or reserves room in one (whose growth would be allocated in
-//!   the iteration), or touches the arena's marks. Arrays hold only scalars, so stores
-//!   into them never keep memory alive; a scalar put into room reserved before the loop
-//!   allocates nothing, and a pop reads what was pushed before the loop began.
+//!   value that is not a scalar into a reference, a mutable struct or a tape stack,
+//!   reserves room in a tape stack (room native code may take from the arena), or
+//!   touches the arena's marks. Arrays hold only scalars, so stores into them never keep
+//!   memory alive; a scalar put into room reserved before the loop allocates nothing, a
+//!   stack that a push grows grows in a tape region of its own that no release gives
+//!   back (the interpreter counts pushes apart too), and a pop reads what was pushed
+//!   before the loop began.
 //!
 //! A whole call of a recursive function is treated the same way: one that returns only
 //! scalars (or a tuple of scalars it builds last), and in which nothing keeps memory as
@@ -115,12 +117,15 @@ fn is_scalar(ty: crate::TypeId) -> bool {
 fn keeps_memory(f: &Function, op: &Op, args: &[Value]) -> bool {
     match op {
         Op::RefStore | Op::MutStore(..) => args.last().is_some_and(|&v| !is_scalar(f.value_type(v))),
-        // A scalar put into room reserved before the loop allocates nothing; a pop or
-        // peek reads what was pushed before the loop began (no push in the loop is
-        // allowed), so an array it gives back was allocated before the iteration's mark.
-        Op::StackPut => args.iter().skip(1).any(|&v| !is_scalar(f.value_type(v))),
+        // A scalar put into room reserved before the loop allocates nothing, and a push
+        // grows its stack in the tape region; a pop or peek gives back an array only if
+        // one was pushed or put, which happened before the loop began (an array pushed
+        // or put in the loop keeps the loop as it is), so before the iteration's mark.
+        // A stack grows in a region of its own, which no release gives back: a scalar
+        // pushed in the iteration stays.
+        Op::StackPut | Op::StackPush => args.iter().skip(1).any(|&v| !is_scalar(f.value_type(v))),
         Op::StackPop | Op::StackPeek => false,
-        Op::StackPush | Op::StackReserve | Op::ArenaMark | Op::ArenaRelease => true,
+        Op::StackReserve | Op::ArenaMark | Op::ArenaRelease => true,
         _ => false,
     }
 }
@@ -431,8 +436,11 @@ mod tests {
         assert!(scalar.is_some_and(|t| t.contains("arena.release")));
         // The array itself put on the tape outlives the iteration.
         assert_eq!(releases(&put("stack.put %st_20, %v_23, %i_3, %a_12"), 0), None);
-        // A push may grow the stack within the iteration.
-        assert_eq!(releases(&put("stack.push %sf_21, %e_13"), 0), None);
+        // A push grows the stack in the tape region, which no release gives back; an
+        // array pushed would be kept past the iteration.
+        let pushed = releases(&put("stack.push %sf_21, %e_13"), 0);
+        assert!(pushed.is_some_and(|t| t.contains("arena.release")));
+        assert_eq!(releases(&put("stack.push %st_20, %a_12"), 0), None);
         // A reverse pass's loop pops what was pushed before it.
         let pop = releases(&put("%p_24: f64 = stack.pop %sf_21"), 0);
         assert!(pop.is_some_and(|t| t.contains("arena.release")));

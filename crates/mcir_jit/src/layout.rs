@@ -61,6 +61,15 @@ pub(crate) struct Ctx {
 /// What the runtime keeps for one call: the arena and the first error.
 pub(crate) struct Runtime {
     pub arena: Arena,
+    /// Where tape stacks grow (`mc_stack_grow`): apart from the arena, so that a loop
+    /// giving its iterations' arena memory back (`arena.release`) never gives back a
+    /// stack's room, which the reverse pass still reads. Its window is
+    /// `tape_bump..tape_end`; both are zero until the call's first growth.
+    pub tape: Arena,
+    pub tape_bump: u64,
+    pub tape_end: u64,
+    /// The most the call may hold in the arena and the tape region together.
+    pub max_memory_bytes: u64,
     pub error: Option<(RuntimeErrorKind, u32)>,
     /// Type and site tables of the compiled module, for `print` and error locations.
     pub tables: *const crate::Tables,
@@ -173,6 +182,11 @@ impl Arena {
         None
     }
 
+    /// Bytes of the chunks the call holds so far.
+    pub fn held_bytes(&self) -> u64 {
+        self.held_bytes
+    }
+
     /// Bytes of memory the arena holds.
     pub fn capacity_bytes(&self) -> usize {
         self.chunks.iter().map(|c| c.len() * 8).sum()
@@ -195,6 +209,56 @@ fn zeroed_words(words: usize) -> Option<Vec<u64>> {
     Some(unsafe { Vec::from_raw_parts(p, words, words) })
 }
 
+impl Runtime {
+    /// What the tape region holds (nothing before the call's first growth).
+    fn tape_held(&self) -> u64 {
+        if self.tape_end == 0 {
+            0
+        } else {
+            self.tape.held_bytes()
+        }
+    }
+
+    /// A fresh arena window of at least `bytes` bytes, within what the tape region leaves
+    /// of the call's memory limit.
+    pub fn arena_window(&mut self, bytes: u64) -> Result<(u64, u64), RuntimeErrorKind> {
+        self.arena.max_memory_bytes = self.max_memory_bytes.saturating_sub(self.tape_held());
+        self.arena.next_window(bytes).map_err(|e| self.whole_limit(e))
+    }
+
+    /// The limit an error names is the call's, not what one region had left of it.
+    fn whole_limit(&self, e: RuntimeErrorKind) -> RuntimeErrorKind {
+        match e {
+            RuntimeErrorKind::MemoryLimit { .. } => {
+                RuntimeErrorKind::MemoryLimit { limit: self.max_memory_bytes }
+            }
+            e => e,
+        }
+    }
+
+    /// `bytes` bytes of the tape region, for a stack's room.
+    pub fn alloc_tape(&mut self, bytes: u64) -> Result<*mut u8, RuntimeErrorKind> {
+        if bytes > self.arena.max_alloc_bytes {
+            return Err(RuntimeErrorKind::AllocationTooLarge { bytes, limit: self.arena.max_alloc_bytes });
+        }
+        let size = bytes.div_ceil(8).max(1) * 8;
+        if self.tape_bump.checked_add(size).is_none_or(|end| end > self.tape_end) {
+            self.tape.max_memory_bytes = self.max_memory_bytes.saturating_sub(self.arena.held_bytes());
+            let first = self.tape_end == 0;
+            let mut window = if first { self.tape.first_window() } else { self.tape.next_window(size) };
+            if first && window.as_ref().is_ok_and(|&(s, e)| e - s < size) {
+                window = self.tape.next_window(size);
+            }
+            let (start, end) = window.map_err(|e| self.whole_limit(e))?;
+            self.tape_bump = start;
+            self.tape_end = end;
+        }
+        let p = self.tape_bump as *mut u8;
+        self.tape_bump += size;
+        Ok(p)
+    }
+}
+
 /// `bytes` bytes from the call's arena, zeroed if `zero`.
 pub(crate) fn alloc(ctx: *mut Ctx, bytes: u64, zero: bool) -> Result<*mut u8, RuntimeErrorKind> {
     // SAFETY: the context and its runtime are valid and exclusive for the call.
@@ -204,7 +268,7 @@ pub(crate) fn alloc(ctx: *mut Ctx, bytes: u64, zero: bool) -> Result<*mut u8, Ru
     }
     let size = bytes.div_ceil(8).max(1) * 8;
     if c.bump.checked_add(size).is_none_or(|end| end > c.bump_end) {
-        let (start, end) = rt.arena.next_window(size)?;
+        let (start, end) = rt.arena_window(size)?;
         c.bump = start;
         c.bump_end = end;
     }

@@ -94,6 +94,7 @@ impl std::fmt::Debug for Jit {
 /// The memory of calls: an arena reset after each call but kept for the next.
 pub struct Workspace {
     arena: Option<Arena>,
+    tape: Option<Arena>,
 }
 
 impl Default for Workspace {
@@ -105,12 +106,12 @@ impl Default for Workspace {
 impl Workspace {
     /// An empty workspace.
     pub fn new() -> Workspace {
-        Workspace { arena: None }
+        Workspace { arena: None, tape: None }
     }
 
     /// Bytes of memory the workspace holds for reuse.
     pub fn capacity_bytes(&self) -> usize {
-        self.arena.as_ref().map(|a| a.capacity_bytes()).unwrap_or(0)
+        [&self.arena, &self.tape].iter().filter_map(|a| a.as_ref()).map(|a| a.capacity_bytes()).sum()
     }
 }
 
@@ -696,8 +697,17 @@ impl Compiled {
             .unwrap_or_else(|| Arena::new(limits.max_alloc_bytes, limits.max_memory_bytes));
         arena.max_alloc_bytes = limits.max_alloc_bytes;
         arena.max_memory_bytes = limits.max_memory_bytes;
+        let mut tape = workspace
+            .tape
+            .take()
+            .unwrap_or_else(|| Arena::new(limits.max_alloc_bytes, limits.max_memory_bytes));
+        tape.max_alloc_bytes = limits.max_alloc_bytes;
         let mut rt = Runtime {
             arena,
+            tape,
+            tape_bump: 0,
+            tape_end: 0,
+            max_memory_bytes: limits.max_memory_bytes,
             error: None,
             tables: &*self.tables as *const Tables,
             timeout: limits.timeout.unwrap_or_default(),
@@ -736,7 +746,9 @@ impl Compiled {
             Ok(done(ret, state))
         });
         rt.arena.reset();
+        rt.tape.reset();
         workspace.arena = Some(rt.arena);
+        workspace.tape = Some(rt.tape);
         result
     }
 }

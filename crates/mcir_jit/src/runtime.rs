@@ -259,7 +259,7 @@ pub(crate) extern "C" fn mc_refill(ctx: *mut Ctx, site: i64, bytes: i64) {
         if bytes > rt(ctx).arena.max_alloc_bytes {
             return Err(Kind::AllocationTooLarge { bytes, limit: rt(ctx).arena.max_alloc_bytes });
         }
-        let (start, end) = rt(ctx).arena.next_window(bytes.div_ceil(8).max(1) * 8)?;
+        let (start, end) = rt(ctx).arena_window(bytes.div_ceil(8).max(1) * 8)?;
         c.bump = start;
         c.bump_end = end;
         Ok(())
@@ -712,7 +712,9 @@ pub(crate) extern "C" fn mc_stack_grow(ctx: *mut Ctx, site: i64, s: *mut u8) {
             let (data, len, cap) = (*w as *mut u64, *w.add(1) as usize, *w.add(2) as usize);
             let new_cap = (cap * 2).max(16);
             let bytes = (new_cap as u64).checked_mul(8).ok_or(Kind::IntegerOverflow)?;
-            let new = alloc(ctx, bytes, false)? as *mut u64;
+            // In the tape region: a loop may give back the arena memory of its
+            // iterations, and a stack pushed in one keeps its room.
+            let new = rt(ctx).alloc_tape(bytes)? as *mut u64;
             if len > 0 {
                 std::ptr::copy_nonoverlapping(data, new, len);
             }
