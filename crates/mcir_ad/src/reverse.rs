@@ -1465,6 +1465,11 @@ impl<'a> Reverse<'a> {
             }
         };
         let mut targets = Vec::new();
+        // Each edge's code is a block of its own, a sibling of the others: what one of
+        // them computes again (a loop's trip count, say) is not at hand in the next, but
+        // what was popped at the top of the block's reverse is.
+        let popped_before: rustc_hash::FxHashSet<Value> = self.popped.keys().copied().collect();
+        let reloaded_before = self.reloaded.clone();
         for &edge in edges {
             let eb = self.e.func.add_block();
             self.e.block = eb;
@@ -1472,6 +1477,13 @@ impl<'a> Reverse<'a> {
             let t = self.edge_code(b, edge)?;
             self.e.func.set_terminator(eb, Terminator::Jump(t), data.term_span);
             targets.push(BlockCall { block: eb, args: vec![] });
+            let at_top: rustc_hash::FxHashSet<Inst> = self.e.func.blocks[rb].insts.iter().copied().collect();
+            let func = &self.e.func;
+            self.popped.retain(|k, v| {
+                popped_before.contains(k)
+                    || matches!(func.values[*v].def, mcir_ir::ValueDef::Inst(i) if at_top.contains(&i))
+            });
+            self.reloaded.clone_from(&reloaded_before);
         }
         self.e.block = rb;
         if let (Some(conditions), Some(d)) = (conditions, self.flow.idom(b)) {
