@@ -378,6 +378,12 @@ fn shadows_made_in_reverse(primal: &Function, fw: &Forward) -> HashMap<Value, (S
             loops.iter().filter(|(_, body)| body.contains(&b)).min_by_key(|(_, body)| body.len())?;
         let latches: Vec<Block> = cfg.latches(*h).collect();
         let [latch] = latches[..] else { return None };
+        // The latch's reverse must run once per iteration: not when the latch is also
+        // the header of an inner loop (or in one), whose reverse runs on every one of
+        // its own iterations.
+        if loops.iter().any(|(h2, b2)| h2 != h && b2.contains(&latch) && b2.len() < body.len()) {
+            return None;
+        }
         if !cfg.dominates(b, latch) || !blocks.iter().all(|&u| body.contains(&u) && cfg.dominates(b, u)) {
             return None;
         }

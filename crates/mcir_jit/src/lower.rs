@@ -320,7 +320,16 @@ fn map_sincos_pairs(
             let Some(pr) = f.insts[p].result else { continue };
             // Nothing reads the partner before the consumer's loop makes it.
             let early_use = data.insts[..=root_pos].iter().any(|&u| f.insts[u].args.contains(&pr));
-            if !early_use {
+            // Nothing writes memory (the operand's elements, say) between the two maps
+            // and the consumer: the consumer's loop computes both from the elements as
+            // they are when it runs.
+            let (Some(at_m), Some(at_p)) = (pos(m), pos(p)) else { continue };
+            let span = at_m.min(at_p)..=root_pos.max(at_p);
+            let written = data.insts[span].iter().any(|&u| {
+                let op = &f.insts[u].op;
+                mcir_ir::memory::may_write_elements(op) || matches!(op, Op::ArenaRelease)
+            });
+            if !early_use && !written {
                 out.insert(m, p);
             }
         }
