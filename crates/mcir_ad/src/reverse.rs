@@ -234,8 +234,7 @@ fn never_written_arrays(primal: &Function) -> rustc_hash::FxHashSet<TypeId> {
 
 /// The values made by allocating ops and calls in loops (arrays among them): each
 /// iteration makes its own.
-fn fresh_in_loops(primal: &Function) -> rustc_hash::FxHashSet<Value> {
-    let depth = mcir_ir::cfg::ControlFlow::compute(primal).loop_depths();
+fn fresh_in_loops(primal: &Function, depth: &[u32]) -> rustc_hash::FxHashSet<Value> {
     let mut out = rustc_hash::FxHashSet::default();
     for (b, data) in primal.blocks.iter() {
         if depth.get(b.index()).copied().unwrap_or(0) == 0 {
@@ -315,9 +314,12 @@ enum Remade {
 /// the loop but through the latch (no `break` or `return`): the reverse of the latch
 /// then begins the reverse of every iteration and dominates every read, and the shadow
 /// is made there, from a shape that does not change from one iteration to the next.
-fn shadows_made_in_reverse(primal: &Function, fw: &Forward) -> HashMap<Value, (ShapeSource, Remade)> {
-    let cfg = mcir_ir::cfg::ControlFlow::compute(primal);
-    let depth = cfg.loop_depths();
+fn shadows_made_in_reverse(
+    primal: &Function,
+    fw: &Forward,
+    cfg: &mcir_ir::cfg::ControlFlow,
+    depth: &[u32],
+) -> HashMap<Value, (ShapeSource, Remade)> {
     let mut made: HashMap<Value, Block> = HashMap::default();
     for (b, data) in primal.blocks.iter() {
         if depth.get(b.index()).copied().unwrap_or(0) == 0 {
@@ -544,7 +546,11 @@ impl<'a> Reverse<'a> {
             }
             rblock[b.index()] = rb;
         }
+        let flow = mcir_ir::cfg::ControlFlow::compute(primal);
+        let loop_depth = flow.loop_depths();
         Reverse {
+            made_in_reverse: shadows_made_in_reverse(primal, fw, &flow, &loop_depth),
+            fresh_in_loops: fresh_in_loops(primal, &loop_depth),
             e,
             fw,
             primal,
@@ -582,7 +588,7 @@ impl<'a> Reverse<'a> {
             slots: Vec::new(),
             slot_of: HashMap::default(),
             read_slot_of: HashMap::default(),
-            loop_depth: mcir_ir::cfg::ControlFlow::compute(primal).loop_depths(),
+            loop_depth,
             path_slot: None,
             pushes: Vec::new(),
             rblock,
@@ -610,13 +616,11 @@ impl<'a> Reverse<'a> {
             counter_slots: vec![None; counters.len()],
             replayed: Default::default(),
             path_pops: Vec::new(),
-            flow: mcir_ir::cfg::ControlFlow::compute(primal),
+            flow,
             counters,
             held: register_held_arrays(primal),
             held_adj: HashMap::default(),
-            made_in_reverse: shadows_made_in_reverse(primal, fw),
             remade_at_latch: HashMap::default(),
-            fresh_in_loops: fresh_in_loops(primal),
         }
     }
 
@@ -638,6 +642,19 @@ impl<'a> Reverse<'a> {
         self.e.func.values[s].name = Some(if direct { name } else { format!("{name}_stack") });
         self.slots.push(Slot { fwd, ty, name: field_name, rev_stack: s, direct });
         k
+    }
+
+    /// The tape slot of forward value `fv`, made on first use (`direct`: the tape holds
+    /// the value itself, not a stack of it).
+    fn slot_for(&mut self, fv: Value, direct: bool) -> usize {
+        if let Some(&s) = self.slot_of.get(&fv) {
+            return s;
+        }
+        let ty = self.fw.e.ty(fv);
+        let name = self.fw.e.func.values[fv].name.clone().unwrap_or_else(|| "v".to_string());
+        let s = self.new_slot(Some(fv), ty, name, direct);
+        self.slot_of.insert(fv, s);
+        s
     }
 
     /// A value of the forward pass, as the reverse block being built sees it: constants
@@ -680,14 +697,7 @@ impl<'a> Reverse<'a> {
             self.pushes.push((self.cur, fv, slot));
             return v;
         }
-        let slot = match self.slot_of.get(&fv) {
-            Some(&s) => s,
-            None => {
-                let s = self.new_slot(Some(fv), ty, name.clone().unwrap_or_else(|| "v".to_string()), direct);
-                self.slot_of.insert(fv, s);
-                s
-            }
-        };
+        let slot = self.slot_for(fv, direct);
         if direct {
             return self.slots[slot].rev_stack;
         }
@@ -1012,16 +1022,7 @@ impl<'a> Reverse<'a> {
             }
             // The tape's field for it, read in the reverse pass's entry block (never a
             // value of the block being built, which the latch's reverse may precede).
-            let slot = match this.slot_of.get(&f) {
-                Some(&s) => s,
-                None => {
-                    let ty = this.fw.e.ty(f);
-                    let name = this.fw.e.func.values[f].name.clone().unwrap_or_else(|| "v".to_string());
-                    let s = this.new_slot(Some(f), ty, name, true);
-                    this.slot_of.insert(f, s);
-                    s
-                }
-            };
+            let slot = this.slot_for(f, true);
             Ok(this.slots[slot].rev_stack)
         };
         let v = match source {
