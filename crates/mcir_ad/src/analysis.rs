@@ -470,23 +470,30 @@ pub(crate) fn varied_values(
 /// but counts nothing (a `while` loop): a parameter of its header, 0 on the way in and
 /// one more along the back edge. The header is then counted (`counted_headers`), so the
 /// forward pass records no path at each iteration, only the counter once where the loop
-/// is left, and the reverse pass counts back down to leave it.
-pub(crate) fn count_loop_trips(f: &Function) -> Function {
+/// is left, and the reverse pass counts back down to leave it. `None` when no loop needs
+/// a counter (the function is then its own result, and no copy of it is made).
+pub(crate) fn count_loop_trips(f: &Function) -> Option<Function> {
     let edges = in_edges(f);
     let counted = counted_headers(f, &edges);
     let cfg = mcir_ir::cfg::ControlFlow::compute(f);
-    let mut out = f.clone();
+    let mut uncounted = Vec::new();
     for (h, _) in f.blocks.iter() {
         let incoming = &edges[h.index()];
         if incoming.len() != 2 || counted[h.index()].is_some() || incoming[0].from == incoming[1].from {
             continue;
         }
         let back: Vec<bool> = incoming.iter().map(|e| cfg.dominates(h, e.from)).collect();
-        let (entry_edge, back_edge) = match (back[0], back[1]) {
-            (false, true) => (incoming[0], incoming[1]),
-            (true, false) => (incoming[1], incoming[0]),
+        match (back[0], back[1]) {
+            (false, true) => uncounted.push((h, incoming[0], incoming[1])),
+            (true, false) => uncounted.push((h, incoming[1], incoming[0])),
             _ => continue,
-        };
+        }
+    }
+    if uncounted.is_empty() {
+        return None;
+    }
+    let mut out = f.clone();
+    for (h, entry_edge, back_edge) in uncounted {
         let span = out.blocks[h].term_span;
         let trip = out.add_block_param(h, TypeTable::I64, Some("trip".to_string()));
         let zero = out.push_value(entry_edge.from, Op::IConst(0), vec![], TypeTable::I64, span);
@@ -504,5 +511,5 @@ pub(crate) fn count_loop_trips(f: &Function) -> Function {
             }
         }
     }
-    out
+    Some(out)
 }

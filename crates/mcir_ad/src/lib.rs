@@ -147,8 +147,9 @@ pub fn derive_with(
     options: &Options,
     entry: Option<(FuncId, Vec<bool>)>,
 ) -> Result<Derived, AdError> {
+    // The primals are read from the module as given; the copy grows their rules.
+    let primals: Vec<(FuncId, &Function)> = module.funcs.iter().collect();
     let mut module = module.clone();
-    let primals: Vec<(FuncId, Function)> = module.funcs.iter().map(|(id, f)| (id, f.clone())).collect();
     let writes = mcir_ir::effects::argument_writes(&module);
     // Declare every rule first: calls refer to them before they are built.
     let mut rules = Vec::new();
@@ -170,10 +171,14 @@ pub fn derive_with(
     }
     let mut special = None;
     if let Some((f, constant)) = entry.filter(|(_, c)| c.iter().any(|&k| k)) {
-        let primal = module.funcs[f].clone();
-        let mut rule = declare_rule(&mut module, &primal, "$const", &constant);
+        let primal = primals
+            .iter()
+            .find(|(id, _)| *id == f)
+            .map(|&(_, p)| p)
+            .ok_or_else(|| AdError::internal("", format!("no function {} to specialise", f.index())))?;
+        let mut rule = declare_rule(&mut module, primal, "$const", &constant);
         rule.writes_arguments = rules[f.index()].writes_arguments;
-        let (fwd, rev) = rule_passes(&mut module, &rules, &rule, f, &primal, options, &constant)?;
+        let (fwd, rev) = rule_passes(&mut module, &rules, &rule, f, primal, options, &constant)?;
         module.funcs[rule.fwd] = fwd;
         module.funcs[rule.rev] = rev;
         special = Some(EntryRule { func: f, constant, rule });
@@ -192,24 +197,19 @@ const MAX_INLINED_PASS_INSTS: usize = 400;
 /// block and cannot fail inlined there (`mcir_ir::inline::inline_single_calls`), and the
 /// passes it went into cleaned: the callee's tape record is then a struct the caller
 /// builds and pushes, and reads fields of, and its results are the values they hold.
-fn inline_passes(mut module: Module, rules: &[RuleIds], special: Option<&EntryRule>) -> Module {
+fn inline_passes(module: Module, rules: &[RuleIds], special: Option<&EntryRule>) -> Module {
     let mut passes = vec![false; module.funcs.len()];
     for r in rules.iter().chain(special.map(|s| &s.rule)) {
         passes[r.fwd.index()] = true;
         passes[r.rev.index()] = true;
     }
-    let inlined = mcir_ir::inline::inline_single_calls(&module, &passes, MAX_INLINED_PASS_INSTS);
-    let calls = |f: &Function| {
-        f.blocks
-            .iter()
-            .flat_map(|(_, d)| &d.insts)
-            .filter(|&&i| matches!(f.insts[i].op, mcir_ir::Op::Call(_)))
-            .count()
-    };
+    let (mut module, inlined_into) =
+        mcir_ir::inline::inline_single_calls(module, &passes, MAX_INLINED_PASS_INSTS);
     let ids: Vec<FuncId> = module.funcs.keys().collect();
     for id in ids {
-        if calls(&inlined.funcs[id]) != calls(&module.funcs[id]) {
-            let mut f = mcir_ir::hoist::fold_and_hoist_derived(inlined.funcs[id].clone(), &module.types);
+        if inlined_into[id.index()] {
+            let f = std::mem::replace(&mut module.funcs[id], Function::new("", &[], None));
+            let mut f = mcir_ir::hoist::fold_and_hoist_derived(f, &module.types);
             if f.is_reverse_pass() {
                 // The chains of adjoints that run through the inlined passes are shortened
                 // across them; the coefficients that do not change in a loop leave it.
@@ -273,8 +273,14 @@ fn derive_function(
     options: &Options,
     constant: &[bool],
 ) -> Result<(Function, Function), AdError> {
-    let counted_primal = linearize::linearize_branches(analysis::count_loop_trips(primal));
-    let primal = &counted_primal;
+    // A copy of the primal is made only where counting trips or linearizing branches
+    // changes it (a straight-line function of 10⁵ lines is not copied).
+    let counted_primal = match analysis::count_loop_trips(primal) {
+        Some(counted) => Some(linearize::linearize_branches(counted)),
+        None if linearize::has_branches(primal) => Some(linearize::linearize_branches(primal.clone())),
+        None => None,
+    };
+    let primal = counted_primal.as_ref().unwrap_or(primal);
     let edges = analysis::in_edges(primal);
     let keep_zero_ops = options.corrupt.is_some();
     let mut active = analysis::activity(&module.types, primal, keep_zero_ops);

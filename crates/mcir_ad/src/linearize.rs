@@ -44,6 +44,9 @@ struct Arm {
 
 /// `f` with every branch that qualifies (see the module docs) linearized.
 pub(crate) fn linearize_branches(mut f: Function) -> Function {
+    if !has_branches(&f) {
+        return f;
+    }
     let mut preds: HashMap<Block, usize> = HashMap::new();
     for (_, data) in f.blocks.iter() {
         for s in data.term.successors() {
@@ -68,6 +71,11 @@ pub(crate) fn linearize_branches(mut f: Function) -> Function {
         }
     }
     f
+}
+
+/// Whether `f` has a two-way branch, the only place `linearize_branches` changes.
+pub(crate) fn has_branches(f: &Function) -> bool {
+    f.blocks.values().any(|d| matches!(d.term, Terminator::Branch { .. }))
 }
 
 /// The join and the two arms of the branch ending `h`, when it has that shape: each

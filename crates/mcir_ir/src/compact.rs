@@ -17,18 +17,22 @@ impl Function {
             name: std::mem::take(&mut self.name),
             params: self.params.clone(),
             ret: self.ret,
-            blocks: Default::default(),
-            insts: Default::default(),
-            values: Default::default(),
+            blocks: crate::entity::Arena::with_capacity(order.len()),
+            insts: crate::entity::Arena::with_capacity(
+                order.iter().map(|&b| self.blocks[b].insts.len()).sum(),
+            ),
+            values: crate::entity::Arena::with_capacity(self.values.len()),
             span: self.span,
         };
-        let mut block_map: SecondaryMap<Block, Option<Block>> = SecondaryMap::with_default(None);
+        let mut block_map: SecondaryMap<Block, Option<Block>> =
+            SecondaryMap::with_default_for(None, self.blocks.len());
         for &b in order {
             let nb = out.add_block();
             block_map.set(b, Some(nb));
         }
         // Values first, so that forward uses (loop back edges) can be remapped.
-        let mut value_map: SecondaryMap<Value, Option<Value>> = SecondaryMap::with_default(None);
+        let mut value_map: SecondaryMap<Value, Option<Value>> =
+            SecondaryMap::with_default_for(None, self.values.len());
         for &b in order {
             let nb = block_map[b].unwrap_or(Block::new(0));
             for &p in &self.blocks[b].params {
@@ -55,6 +59,7 @@ impl Function {
         for &b in order {
             let nb = mb(b);
             let data = &self.blocks[b];
+            out.blocks[nb].insts.reserve_exact(data.insts.len());
             for &i in &data.insts {
                 let d = &mut self.insts[i];
                 let result = d.result.map(mv);

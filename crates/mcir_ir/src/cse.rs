@@ -90,7 +90,11 @@ pub fn eliminate_common_subexpressions(mut f: Function, types: &TypeTable) -> Fu
         }
     }
     let mut subst: HashMap<Value, Value> = HashMap::default();
-    let mut seen: HashMap<(OpKey, Operands), Value> = HashMap::default();
+    // Room for every instruction's entry up front: growing the table step by step
+    // rehashes and copies it, which a function of 10⁵ lines pays for many times.
+    let mut seen: HashMap<(OpKey, Operands), Value> =
+        HashMap::with_capacity_and_hasher(f.insts.len(), Default::default());
+    let root = f.entry();
     // Depth-first down the dominator tree; each block's entries leave the table when
     // the walk leaves the block's subtree.
     enum Step {
@@ -101,6 +105,9 @@ pub fn eliminate_common_subexpressions(mut f: Function, types: &TypeTable) -> Fu
     while let Some(step) = work.pop() {
         let b = match step {
             Step::Enter(b) => b,
+            // The last block left is the entry, the root: nothing needs its entries
+            // removed once the walk is over.
+            Step::Leave(_) if work.is_empty() => break,
             Step::Leave(keys) => {
                 for k in keys {
                     seen.remove(&k);
@@ -147,7 +154,10 @@ pub fn eliminate_common_subexpressions(mut f: Function, types: &TypeTable) -> Fu
                     subst.insert(r, *e.get());
                 }
                 std::collections::hash_map::Entry::Vacant(e) => {
-                    added.push(*e.key());
+                    // The root's entries stay to the end: they need no list for removal.
+                    if b != root {
+                        added.push(*e.key());
+                    }
                     e.insert(r);
                     kept.push(i);
                 }

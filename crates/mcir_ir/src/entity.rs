@@ -69,6 +69,12 @@ impl<K: EntityRef, V> Arena<K, V> {
         Self::default()
     }
 
+    /// An empty arena with room for `n` items (a rebuild knows how many it will push:
+    /// growing by doubling copies every item and touches twice the memory).
+    pub fn with_capacity(n: usize) -> Self {
+        Arena { items: Vec::with_capacity(n), _key: PhantomData }
+    }
+
     /// Appends an item and returns its index.
     pub fn push(&mut self, value: V) -> K {
         let key = K::new(self.items.len());
@@ -149,6 +155,12 @@ impl<K: EntityRef, V: Clone> SecondaryMap<K, V> {
     /// A map whose missing entries read as `default`.
     pub fn with_default(default: V) -> Self {
         SecondaryMap { items: Vec::new(), default, _key: PhantomData }
+    }
+
+    /// A map whose missing entries read as `default`, with the first `n` entries
+    /// present (so that setting them does not grow the map step by step).
+    pub fn with_default_for(default: V, n: usize) -> Self {
+        SecondaryMap { items: vec![default.clone(); n], default, _key: PhantomData }
     }
 
     /// Sets the entry of `key`.

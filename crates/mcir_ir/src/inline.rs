@@ -144,8 +144,10 @@ fn inlinable(module: &Module) -> Vec<bool> {
 /// it: a step function's forward and reverse passes, each called from one loop of its
 /// caller's, become that loop's body, so a step pays no call, and its tape record and
 /// results are read where they were made.
-pub fn inline_single_calls(module: &Module, candidates: &[bool], limit: usize) -> Module {
-    inline_in_rounds(module, |m| {
+///
+/// Returns the module and which of its functions changed.
+pub fn inline_single_calls(module: Module, candidates: &[bool], limit: usize) -> (Module, Vec<bool>) {
+    inline_rounds(module, |m| {
         let sites = call_sites(m);
         m.funcs
             .iter()
@@ -167,13 +169,23 @@ pub fn inline_small_functions(module: &Module) -> Module {
 /// `module` with the calls of the functions `can` marks (computed afresh each round)
 /// replaced by their instructions, until a round inlines nothing.
 fn inline_in_rounds(module: &Module, can: impl Fn(&Module) -> Vec<bool>) -> Module {
-    let mut out = module.clone();
+    inline_rounds(module.clone(), can).0
+}
+
+/// [`inline_in_rounds`] on a module of its own, with which functions changed. Only the
+/// functions a round inlines are copied for it, not the module.
+fn inline_rounds(mut out: Module, can: impl Fn(&Module) -> Vec<bool>) -> (Module, Vec<bool>) {
+    let mut inlined_into = vec![false; out.funcs.len()];
     for _ in 0..ROUNDS {
         let can = can(&out);
         if !can.iter().any(|&c| c) {
             break;
         }
-        let callees = out.clone();
+        let callees: Vec<Option<Function>> = out
+            .funcs
+            .iter()
+            .map(|(id, f)| can.get(id.index()).copied().unwrap_or(false).then(|| f.clone()))
+            .collect();
         let mut changed = false;
         let ids: Vec<FuncId> = out.funcs.keys().collect();
         for id in ids {
@@ -183,17 +195,20 @@ fn inline_in_rounds(module: &Module, can: impl Fn(&Module) -> Vec<bool>) -> Modu
                 continue;
             }
             let f = std::mem::replace(&mut out.funcs[id], Function::new("", &[], None));
-            out.funcs[id] = inline_into(f, &callees, &can);
+            out.funcs[id] = inline_into(f, &callees);
+            inlined_into[id.index()] = true;
             changed = true;
         }
         if !changed {
             break;
         }
     }
-    out
+    (out, inlined_into)
 }
 
-fn inline_into(mut f: Function, module: &Module, can: &[bool]) -> Function {
+/// `f` with its calls of the functions `callees` holds (by function index) replaced by
+/// their instructions.
+fn inline_into(mut f: Function, callees: &[Option<Function>]) -> Function {
     let mut subst: HashMap<Value, Value> = HashMap::new();
     let blocks: Vec<Block> = f.blocks.keys().collect();
     // The layout of the result: each block, then the blocks of the functions inlined
@@ -207,9 +222,13 @@ fn inline_into(mut f: Function, module: &Module, can: &[bool]) -> Function {
         let old = std::mem::take(&mut f.blocks[first].insts);
         for inst in old {
             let d = f.insts[inst].clone();
-            let callee = match d.op {
-                Op::Call(g) if can[g.index()] => &module.funcs[g],
-                _ => {
+            let inlined = match d.op {
+                Op::Call(g) => callees.get(g.index()).and_then(Option::as_ref),
+                _ => None,
+            };
+            let callee = match inlined {
+                Some(callee) => callee,
+                None => {
                     f.blocks[current].insts.push(inst);
                     continue;
                 }

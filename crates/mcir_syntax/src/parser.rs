@@ -76,7 +76,10 @@ pub struct Parsed {
 /// Lexes `src`, turning lexical errors into [`Token::Error`] so the parser can go on.
 /// `t.0.1` lexes as a float `0.1`; after a `.` it is split back into `0 . 1`.
 pub fn lex(src: &str) -> (Vec<(usize, Token, usize)>, Vec<Diagnostic>) {
-    let mut toks: Vec<(usize, Token, usize)> = Vec::new();
+    // About one token per three bytes of source, reserved at once rather than grown by
+    // doubling (each step of which copies every token into fresh memory); at most 2²²
+    // up front, so that a huge input asks for no more than it would by growing.
+    let mut toks: Vec<(usize, Token, usize)> = Vec::with_capacity((src.len() / 3 + 16).min(1 << 22));
     let mut diags = Vec::new();
     for (res, range) in Token::lexer(src).spanned() {
         match res {
