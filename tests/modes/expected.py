@@ -233,3 +233,19 @@ def fresh_arrays_in_loops(v, n):
 
 value, grad, hess = derivatives(lambda v: fresh_arrays_in_loops(v, 300), [0.7, 0.3, -0.5, 1.1])
 print("fresh_arrays_in_loops", json.dumps({"value": value, "gradient": [grad[0], grad[1:4], None], "hessian": hess}))
+
+
+def summed_fresh_arrays(v, n):
+    x, w = v[0], v[1:4]
+    s = 0.0
+    for i in range(n):
+        # sum(fill(x, 2000) + w[i % 3]) * 0.001: 2000 equal elements.
+        s = s + (x + w[i % 3]) * 2000.0 * 0.001
+    for i in range(n):
+        # sum(fill(x * w[0], 1000) * w[1] * 2.0 + 1.0) * x * 0.0001
+        s = s + ((x * w[0]) * w[1] * 2.0 + 1.0) * 1000.0 * x * 0.0001
+    return s
+
+
+value, grad, hess = derivatives(lambda v: summed_fresh_arrays(v, 300), [0.7, 0.3, -0.5, 1.1])
+print("summed_fresh_arrays", json.dumps({"value": value, "gradient": [grad[0], grad[1:4], None], "hessian": hess}))

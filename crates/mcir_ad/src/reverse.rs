@@ -837,8 +837,42 @@ impl<'a> Reverse<'a> {
         if let Some(v) = self.recompute_arithmetic(primal_v)? {
             return Ok(v);
         }
+        if let Some(v) = self.refill(primal_v)? {
+            return Ok(v);
+        }
         let fv = self.fw.fwd(primal_v)?;
         Ok(self.get(fv))
+    }
+
+    /// An array a loop's iteration fills with one value (`fill(v, m)`), of a type whose
+    /// elements nothing writes, is filled again in the reverse block that reads it, from
+    /// the value and extents, instead of being kept on the tape: the tape keeps a few
+    /// scalars per iteration rather than the array, which the loop can then give back.
+    fn refill(&mut self, primal_v: Value) -> Result<Option<Value>, AdError> {
+        let mcir_ir::ValueDef::Inst(i) = self.primal.values[primal_v].def else { return Ok(None) };
+        if self.primal.insts[i].op != Op::ArrayFill
+            || !self.fresh_in_loops.contains(&primal_v)
+            || !self.never_written.contains(&self.primal.value_type(primal_v))
+        {
+            return Ok(None);
+        }
+        let fv = self.fw.fwd(primal_v)?;
+        if let Some(&v) = self.popped.get(&fv) {
+            return Ok(Some(v));
+        }
+        if self.slot_of.contains_key(&fv) {
+            return Ok(None);
+        }
+        let args = self.primal.insts[i].args.clone();
+        let mut ops = Vec::with_capacity(args.len());
+        for a in args {
+            ops.push(self.fwdv(a)?);
+        }
+        let ty = self.primal.value_type(primal_v);
+        let v = self.e.val(Op::ArrayFill, ops, ty);
+        self.e.func.values[v].name = self.fw.e.func.values[fv].name.clone();
+        self.popped.insert(fv, v);
+        Ok(Some(v))
     }
 
     /// A sum, difference, product or negation of elements loaded earlier in the block
@@ -999,6 +1033,26 @@ impl<'a> Reverse<'a> {
             return Ok(v);
         }
         Ok(self.get(fv))
+    }
+
+    /// A zeroed array of primal array `like`'s shape. When the tape holds no copy of
+    /// `like` yet and its shape can be traced to a `fill`, a literal or an array the tape
+    /// holds once per call (`shape_source`), the array is made from that shape: the tape
+    /// then keeps the extents, not the array, which a loop can give back with the rest
+    /// of its iteration (a sum's adjoint spread over `fill(x, m) + 1.0`, say).
+    fn zeros_shaped_like(&mut self, like: Value) -> Result<Value, AdError> {
+        let fv = self.fw.fwd(like)?;
+        let held = self.popped.contains_key(&fv)
+            || self.slot_of.contains_key(&fv)
+            || self.fw_entry_values.contains(&fv);
+        if !held {
+            if let Some(source) = shape_source(self.primal, self.fw, like, REMAT_DEPTH) {
+                return self.zeroed(&source, fv, false);
+            }
+        }
+        let like = self.fwdv(like)?;
+        let ty = self.e.ty(like);
+        Ok(self.e.val(Op::ZerosLike, vec![like], ty))
     }
 
     /// A zeroed array of the shape `source` gives, for the forward shadow `fv`. With
@@ -1227,9 +1281,7 @@ impl<'a> Reverse<'a> {
                 if !scalar_operand {
                     return Ok(Some(s));
                 }
-                let like = self.fwdv(like)?;
-                let ty = self.e.ty(like);
-                let z = self.e.val(Op::ZerosLike, vec![like], ty);
+                let z = self.zeros_shaped_like(like)?;
                 self.e.eff(Op::AddInto, vec![z, s]);
                 Ok(Some(z))
             }

@@ -557,9 +557,9 @@ impl Gen<'_, '_> {
                 self.line(indent, &format!("acc += 0.1 * expand(x, {k} % 3) * tanh({value});"));
             }
             45 if nested => {
-                // An array made anew in each iteration of a loop and read at elements only:
-                // the reverse pass tapes the elements it needs, makes the shadows again,
-                // and both passes give each iteration's arrays back when it ends.
+                // An array made anew in each iteration of a loop, read at elements or
+                // summed: the reverse pass tapes the elements it needs, makes the shadows
+                // again, and both passes give each iteration's arrays back when it ends.
                 let (i, a, b) = (self.name("i"), self.name("fresh"), self.name("g"));
                 let value = e(self, scope);
                 self.line(indent, &format!("for {i} in 0..len(x) {{"));
@@ -569,8 +569,15 @@ impl Gen<'_, '_> {
                     _ => self.line(indent + 1, &format!("let {a} = copy(x) * tanh({value});")),
                 }
                 self.line(indent + 1, &format!("let {b} = {a} * 0.5 + x[{i}];"));
-                if self.src.chance(50) {
+                let read = self.src.below(3);
+                if read == 0 {
                     self.line(indent + 1, &format!("acc += tanh({b}[{i} % len({b})]) * {a}[0] * 0.25;"));
+                } else if read == 1 {
+                    // Summed whole: the sum's adjoint is spread over a shape the reverse
+                    // pass traces back to the fill, literal or copy; a product with the
+                    // array reads it (a fill is filled again where nothing writes arrays
+                    // of its type).
+                    self.line(indent + 1, &format!("acc += sum({b}) * 0.01 + sum({a} * x[{i}]) * 0.01;"));
                 } else {
                     // Read under a branch: the forward pass pushes the path in every
                     // iteration, and the shadows are made where each iteration's reverse
