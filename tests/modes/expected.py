@@ -249,3 +249,26 @@ def summed_fresh_arrays(v, n):
 
 value, grad, hess = derivatives(lambda v: summed_fresh_arrays(v, 300), [0.7, 0.3, -0.5, 1.1])
 print("summed_fresh_arrays", json.dumps({"value": value, "gradient": [grad[0], grad[1:4], None], "hessian": hess}))
+
+
+def loops_that_leave_early(v, n):
+    x, w = v[0], v[1:4]
+    s = 0.0
+    for i in range(n):
+        # a = fill(x * w[i % 3], 10000): every element equal.
+        a = x * w[i % 3]
+        s = s + a * a * 0.5
+        if i == n - 5:
+            break
+    i = 0
+    while i < n:
+        a = x + w[1]
+        s = s + a * w[2] + a * 10000.0 * 0.0001
+        if i == n - 10:
+            return s
+        i += 1
+    return s
+
+
+value, grad, hess = derivatives(lambda v: loops_that_leave_early(v, 300), [0.7, 0.3, -0.5, 1.1])
+print("loops_that_leave_early", json.dumps({"value": value, "gradient": [grad[0], grad[1:4], None], "hessian": hess}))

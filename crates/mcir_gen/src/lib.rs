@@ -589,6 +589,12 @@ impl Gen<'_, '_> {
                     self.line(indent + 2, &format!("acc -= {a}[0] * {b}[1] * 0.1;"));
                     self.line(indent + 1, "}");
                 }
+                if self.src.chance(33) {
+                    // Left early: the reverse of the loop is entered in its middle, and
+                    // its blocks give back what each makes.
+                    let t = self.src.threshold();
+                    self.line(indent + 1, &format!("if x[{i}] > {t} {{ break; }}"));
+                }
                 self.line(indent, "}");
             }
             41 => {

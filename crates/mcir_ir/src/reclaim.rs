@@ -37,7 +37,14 @@
 //! function is left alone: the loop around it, or the recursion it is called from,
 //! gives back what it makes.)
 //!
-//! Only loops and functions that make arrays (themselves or through calls) are
+//! A block on a cycle of the control flow that no such loop covers (the reverse of a
+//! loop left by a `break` or `return` is entered in its middle by the early exit's
+//! reverse, so it is no natural loop) takes a mark as it begins and releases it as it
+//! ends, when no value it makes that is not a scalar is used by another block or passed
+//! on by its terminator, and nothing in it keeps memory as above: what it allocated can
+//! then be reached only through values that are dead once it ends.
+//!
+//! Only loops, blocks and functions that make arrays (themselves or through calls) are
 //! changed: a release costs a little, and small records and tuples are not worth it.
 
 use crate::callgraph::CallGraph;
@@ -177,11 +184,23 @@ pub fn for_engines(f: &Function, escapes: &Escapes) -> Option<Function> {
             }
         }
     }
+    let scopes = block_scopes(f, &cfg, escapes, &given_back, &block_of);
+    for &b in &scopes {
+        given_back[b.index()] = true;
+    }
     let whole_call = plan_call(f, &cfg, escapes, &given_back);
-    if plans.is_empty() && whole_call.is_none() {
+    if plans.is_empty() && whole_call.is_none() && scopes.is_empty() {
         return None;
     }
     let mut out = f.clone();
+    for b in scopes {
+        let span = out.blocks[b].term_span;
+        let mark = out.push_value(b, Op::ArenaMark, vec![], TypeTable::I64, span);
+        if let Some(inst) = out.blocks[b].insts.pop() {
+            out.blocks[b].insts.insert(0, inst);
+        }
+        out.push_inst(b, Op::ArenaRelease, vec![mark], None, span);
+    }
     if let Some(returns) = whole_call {
         let entry = out.entry();
         let span = out.span;
@@ -265,6 +284,90 @@ fn plan_call(
         returns.push((b, at));
     }
     Some(returns)
+}
+
+/// The blocks on a cycle of the control flow that no loop above gives back (the reverse
+/// of a loop with a `break` or `return`, which the break's reverse enters in the middle,
+/// is no natural loop) and that can give back what they make themselves: each makes an
+/// array, keeps no memory (see [`keeps_memory`]), and uses every value it makes that is
+/// not a scalar only in its own instructions, not in its terminator nor anywhere else.
+/// Such a block takes a mark as it begins and releases it as it ends.
+fn block_scopes(
+    f: &Function,
+    cfg: &ControlFlow,
+    escapes: &Escapes,
+    given_back: &[bool],
+    block_of: &[Option<Block>],
+) -> Vec<Block> {
+    let makes_here = |b: Block| {
+        f.blocks[b].insts.iter().any(|&i| {
+            let op = &f.insts[i].op;
+            makes_array(op) || escapes.call_makes_arrays(op)
+        })
+    };
+    let candidates: Vec<Block> = cfg
+        .rpo
+        .iter()
+        .copied()
+        .filter(|&b| !given_back.get(b.index()).copied().unwrap_or(true) && makes_here(b))
+        .collect();
+    if candidates.is_empty() {
+        return Vec::new();
+    }
+    // Blocks on a cycle: in a strongly connected component of more than one block, or
+    // jumping to themselves.
+    let mut graph: petgraph::graph::DiGraph<(), ()> = petgraph::graph::DiGraph::new();
+    let nodes: Vec<petgraph::graph::NodeIndex> = (0..f.blocks.len()).map(|_| graph.add_node(())).collect();
+    for &b in &cfg.rpo {
+        for s in f.blocks[b].term.successors() {
+            graph.add_edge(nodes[b.index()], nodes[s.block.index()], ());
+        }
+    }
+    let mut on_cycle = vec![false; f.blocks.len()];
+    for component in petgraph::algo::tarjan_scc(&graph) {
+        if component.len() > 1 {
+            for n in component {
+                on_cycle[n.index()] = true;
+            }
+        }
+    }
+    for &b in &cfg.rpo {
+        if f.blocks[b].term.successors().any(|s| s.block == b) {
+            on_cycle[b.index()] = true;
+        }
+    }
+    // The blocks a value they make (not a scalar) leaves: used by another block, or by
+    // the block's own terminator. One pass over every use.
+    let made_by = |v: Value| match f.values[v].def {
+        ValueDef::Inst(i) if !is_scalar(f.value_type(v)) => block_of.get(i.index()).copied().flatten(),
+        _ => None,
+    };
+    let mut leaks = vec![false; f.blocks.len()];
+    for &o in &cfg.rpo {
+        let data = &f.blocks[o];
+        for &i in &data.insts {
+            for &v in &f.insts[i].args {
+                if let Some(b) = made_by(v).filter(|&b| b != o) {
+                    leaks[b.index()] = true;
+                }
+            }
+        }
+        for v in data.term.uses() {
+            if let Some(b) = made_by(v) {
+                leaks[b.index()] = true;
+            }
+        }
+    }
+    candidates
+        .into_iter()
+        .filter(|&b| on_cycle[b.index()] && !leaks[b.index()])
+        .filter(|&b| {
+            !f.blocks[b].insts.iter().any(|&i| {
+                let d = &f.insts[i];
+                keeps_memory(f, &d.op, &d.args) || escapes.call_keeps(&d.op)
+            })
+        })
+        .collect()
 }
 
 /// Where a loop takes its mark, and the blocks that release it.
@@ -388,6 +491,42 @@ mod tests {
         let out = releases(&text, 0).expect("reclaimed");
         assert!(out.contains("bb3:\n    %8: i64 = arena.mark\n"), "{out}");
         assert!(out.contains("arena.release %8\n    jump bb1"), "{out}");
+    }
+
+    /// A cycle with two ways in, as the reverse of a loop left by a `break` has: bb1
+    /// enters it at bb3, whose instructions `body` gives (it may use `%i_2` and `%t_10`
+    /// and must define `%s_9`). With `passed` (an array `body` makes), bb3 hands it to
+    /// bb5, which sums it on the way back to bb2.
+    fn entered_in_the_middle(body: &str, passed: &str) -> String {
+        let (next, extra) = if passed.is_empty() {
+            ("jump bb2(%j_12, %s_9)".to_string(), String::new())
+        } else {
+            (
+                format!("jump bb5(%j_12, %s_9, {passed})"),
+                "bb5(%i_30: i64, %s_31: f64, %b_32: f64[]):\n    %e_33: f64 = array.sum %b_32\n    %s_34: f64 = fadd %s_31, %e_33\n    jump bb2(%i_30, %s_34)\n".to_string(),
+            )
+        };
+        format!(
+            "fn @f(%x_0: f64, %n_1: i64) -> f64 {{\nbb0:\n    %c_3: bool = icmp lt %n_1, %n_1\n    %s0_4: f64 = fconst 0.0\n    br %c_3, bb1, bb2(%n_1, %s0_4)\nbb1:\n    jump bb3(%n_1, %s0_4)\nbb2(%i_5: i64, %s_6: f64):\n    %z_7: i64 = iconst 0\n    %d_8: bool = icmp le %i_5, %z_7\n    br %d_8, bb4(%s_6), bb3(%i_5, %s_6)\nbb3(%i_2: i64, %t_10: f64):\n{body}\n    %one_11: i64 = iconst 1\n    %j_12: i64 = isub %i_2, %one_11\n    {next}\n{extra}bb4(%r_13: f64):\n    ret %r_13\n}}\n"
+        )
+    }
+
+    #[test]
+    fn a_block_on_a_cycle_that_is_no_loop_gives_back_what_stays_in_it() {
+        let local = entered_in_the_middle(
+            "    %k_20: i64 = iconst 100\n    %a_21: f64[] = array.fill %x_0, %k_20\n    %e_22: f64 = array.sum %a_21\n    %s_9: f64 = fadd %t_10, %e_22",
+            "",
+        );
+        let out = releases(&local, 0).expect("reclaimed");
+        let body = &out[out.find("\nbb3(").expect("bb3")..out.find("\nbb4(").expect("bb4")];
+        assert!(body.contains("):\n    %") && body.contains("= arena.mark\n"), "{out}");
+        assert!(body.contains("arena.release"), "{out}");
+        // The array goes on to another block: the block keeps it.
+        let leaves = entered_in_the_middle(
+            "    %k_20: i64 = iconst 100\n    %a_21: f64[] = array.fill %x_0, %k_20\n    %s_9: f64 = fadd %t_10, %x_0",
+            "%a_21",
+        );
+        assert_eq!(releases(&leaves, 0), None);
     }
 
     #[test]
