@@ -103,7 +103,7 @@ impl Program {
                 if let Err(e) = mcir_ir::verify_module(&module) {
                     return Err(fail(format!("internal compiler error: inlining broke the IR: {e}")));
                 }
-                let mut module = mcir_ir::scalarise::scalarise_small_arrays(&module);
+                let mut module = mcir_ir::scalarise::scalarise_small_arrays(module);
                 // An inlined body ends in a jump to the rest of its caller's block: merged
                 // again, so that what the body computes and what the caller does with it
                 // are one block (the reverse pass recomputes within a block).
@@ -115,7 +115,7 @@ impl Program {
                 if let Err(e) = mcir_ir::verify_module(&module) {
                     return Err(fail(format!("internal compiler error: scalarising broke the IR: {e}")));
                 }
-                let mut module = mcir_ir::hoist::fold_and_hoist(&module);
+                let mut module = mcir_ir::hoist::fold_and_hoist(module);
                 // An element a block has just stored or loaded is not loaded again (an
                 // `out` argument written by an inlined helper and read by its caller); the
                 // constants indices are made of are merged by now, so `out[0]` in the
@@ -128,8 +128,7 @@ impl Program {
                 if let Err(e) = mcir_ir::verify_module(&module) {
                     return Err(fail(format!("internal compiler error: hoisting broke the IR: {e}")));
                 }
-                let mut p = Program::from_parts(source, module);
-                p.written = Arc::new(written);
+                let mut p = Program::from_parts_as_written(source, module, written);
                 p.generic = Arc::new(generic);
                 Ok(p)
             }
@@ -141,9 +140,16 @@ impl Program {
     }
 
     pub(crate) fn from_parts(source: Arc<SourceFile>, module: Module) -> Program {
+        let written = module.clone();
+        Program::from_parts_as_written(source, module, written)
+    }
+
+    /// A program that runs `module`, compiled from `written` (the module as the source
+    /// wrote it, before inlining: what `mcc ir` prints without `--opt`).
+    fn from_parts_as_written(source: Arc<SourceFile>, module: Module, written: Module) -> Program {
         Program {
             source,
-            written: Arc::new(module.clone()),
+            written: Arc::new(written),
             module,
             engine: Engine::default(),
             native: Default::default(),

@@ -22,16 +22,15 @@ use std::collections::{HashMap, HashSet};
 
 /// `module` with projections of known aggregates folded, loop invariants hoisted and
 /// common subexpressions merged (`crate::cse`).
-pub fn fold_and_hoist(module: &Module) -> Module {
-    let mut out = module.clone();
-    let ids: Vec<FuncId> = out.funcs.keys().collect();
+pub fn fold_and_hoist(mut module: Module) -> Module {
+    let ids: Vec<FuncId> = module.funcs.keys().collect();
     for id in ids {
-        let f = std::mem::replace(&mut out.funcs[id], Function::new("", &[], None));
+        let f = std::mem::replace(&mut module.funcs[id], Function::new("", &[], None));
         let f = fold_projections(f, &module.types);
         let f = hoist_invariants(f, &module.types, false);
-        out.funcs[id] = crate::cse::eliminate_common_subexpressions(f, &module.types);
+        module.funcs[id] = crate::cse::eliminate_common_subexpressions(f, &module.types);
     }
-    out
+    module
 }
 
 /// Operations that may run earlier than written: no failure, no memory, no allocation.
@@ -210,7 +209,7 @@ mod tests {
 
     fn run(ir: &str) -> String {
         let m = crate::parse_module(ir).expect("parses");
-        let out = fold_and_hoist(&m);
+        let out = fold_and_hoist(m);
         crate::verify_module(&out).expect("verifies");
         crate::print::print_module(&out)
     }

@@ -26,14 +26,13 @@ use std::collections::{HashMap, HashSet};
 pub const MAX_ELEMENTS: usize = 16;
 
 /// `module` with the small arrays of each function that never escape made values.
-pub fn scalarise_small_arrays(module: &Module) -> Module {
-    let mut out = module.clone();
-    let ids: Vec<FuncId> = out.funcs.keys().collect();
+pub fn scalarise_small_arrays(mut module: Module) -> Module {
+    let ids: Vec<FuncId> = module.funcs.keys().collect();
     for id in ids {
-        let f = std::mem::replace(&mut out.funcs[id], Function::new("", &[], None));
-        out.funcs[id] = scalarise(f, &module.types);
+        let f = std::mem::replace(&mut module.funcs[id], Function::new("", &[], None));
+        module.funcs[id] = scalarise(f, &module.types);
     }
-    out
+    module
 }
 
 /// `f` with its small arrays that never escape made values (see the module docs).

@@ -42,7 +42,7 @@ pub fn specialise(module: &Module, entry: FuncId, shapes: &[Option<Vec<usize>>])
     // Indices the known extents now prove in bounds are checked no more.
     f.trust_proven_indices();
     out.funcs[entry] = f;
-    let mut out = crate::hoist::fold_and_hoist(&out);
+    let mut out = crate::hoist::fold_and_hoist(out);
     // Once equal constants are one value, elements of the small arrays that unrolled
     // loops fill are read from what was stored, and arrays left unread are not filled.
     let f = std::mem::replace(&mut out.funcs[entry], Function::new("", &[], None));
