@@ -120,10 +120,18 @@ impl Program {
                 // `out` argument written by an inlined helper and read by its caller); the
                 // constants indices are made of are merged by now, so `out[0]` in the
                 // helper and in its caller are one element.
+                // Arithmetic on a forwarded element may repeat arithmetic on the element
+                // the load read again (`cams[c, 0] * d` in both lines of a helper that
+                // loaded `cams[c, 0]` twice): merged once more where anything was forwarded.
                 let ids: Vec<mcir_ir::FuncId> = module.funcs.keys().collect();
                 for id in ids {
                     let f = std::mem::replace(&mut module.funcs[id], mcir_ir::Function::new("", &[], None));
-                    module.funcs[id] = mcir_ir::memory::forward_elements(f, false);
+                    let (f, forwarded) = mcir_ir::memory::forward_elements_reporting(f, false);
+                    module.funcs[id] = if forwarded {
+                        mcir_ir::cse::eliminate_common_subexpressions(f, &module.types)
+                    } else {
+                        f
+                    };
                 }
                 if let Err(e) = mcir_ir::verify_module(&module) {
                     return Err(fail(format!("internal compiler error: hoisting broke the IR: {e}")));

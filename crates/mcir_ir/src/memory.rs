@@ -120,6 +120,19 @@ pub fn forward_elements(f: Function, adjoint: bool) -> Function {
     forward_elements_apart(f, adjoint, &|_, _| false)
 }
 
+/// [`forward_elements`], and whether it forwarded or dropped anything (operations on
+/// forwarded elements may then repeat one another: worth merging again).
+pub fn forward_elements_reporting(mut f: Function, adjoint: bool) -> (Function, bool) {
+    let mut changed = false;
+    for _ in 0..4 {
+        if !forward_once(&mut f, adjoint, &|_, _| false) {
+            break;
+        }
+        changed = true;
+    }
+    (f, changed)
+}
+
 /// [`forward_elements`], where `apart(a, b)` says that array values `a` and `b` are
 /// known to be different arrays (a reverse pass's primal argument and a shadow), so a
 /// store to one keeps what is known of the other.
