@@ -15,10 +15,11 @@
 //! - the values the back edges pass to the header's parameters are scalars, values made
 //!   before the loop, or the header's own parameters (which, by induction, hold values
 //!   made before the loop);
-//! - no value that is not a scalar, made in the loop's body, is used outside the loop
-//!   (where it would be the value of an iteration already released); one made by the
-//!   header may be, as the header's last run is not released, and so may one passed out
-//!   on an edge that leaves the loop (a `break` or `return` does not release);
+//! - a value made in the loop that is used outside it comes from the iteration that left
+//!   the loop (its definition dominates the use), which passed no back edge and so no
+//!   release. An edge that leaves the loop from its body (a `break`) releases too, in a
+//!   block of its own, when no value the body makes that is not a scalar is used outside
+//!   the loop; else the loop keeps its last iteration's memory, as a `return` from it does;
 //! - nothing in the loop (or in a function it calls, transitively: [`Escapes`]) stores a
 //!   value that is not a scalar into a reference, a mutable struct or a tape stack,
 //!   reserves room in a tape stack (room native code may take from the arena), or
@@ -160,8 +161,10 @@ pub fn for_engines(f: &Function, escapes: &Escapes) -> Option<Function> {
         ValueDef::Inst(i) => block_of.get(i.index()).copied().flatten(),
     };
     let mut plans: Vec<Plan> = Vec::new();
-    // The blocks of loops that give back their iterations' memory.
+    // The blocks of loops that give back their iterations' memory, and of those that
+    // give back all of it (no iteration's memory outlives the loop).
     let mut given_back = vec![false; n];
+    let mut all_given_back = vec![false; n];
     for &h in &cfg.rpo {
         let latches: Vec<Block> =
             cfg.preds[h.index()].iter().copied().filter(|&p| cfg.dominates(h, p)).collect();
@@ -178,17 +181,19 @@ pub fn for_engines(f: &Function, escapes: &Escapes) -> Option<Function> {
             }
         }
         if let Some(plan) = plan_loop(f, &cfg, h, &latches, &body, &def_block, escapes) {
-            plans.push(plan);
-            for (c, &inside) in given_back.iter_mut().zip(&body) {
-                *c |= inside;
+            for (b, &inside) in body.iter().enumerate() {
+                given_back[b] |= inside;
+                all_given_back[b] |= inside && plan.all_given_back;
             }
+            plans.push(plan);
         }
     }
     let scopes = block_scopes(f, &cfg, escapes, &given_back, &block_of);
     for &b in &scopes {
         given_back[b.index()] = true;
+        all_given_back[b.index()] = true;
     }
-    let whole_call = plan_call(f, &cfg, escapes, &given_back);
+    let whole_call = plan_call(f, &cfg, escapes, &all_given_back);
     if plans.is_empty() && whole_call.is_none() && scopes.is_empty() {
         return None;
     }
@@ -225,6 +230,14 @@ pub fn for_engines(f: &Function, escapes: &Escapes) -> Option<Function> {
         for latch in plan.latches {
             let span = out.blocks[latch].term_span;
             out.push_inst(latch, Op::ArenaRelease, vec![mark], None, span);
+        }
+        for (from, k) in plan.exits {
+            let span = out.blocks[from].term_span;
+            let edge = out.add_block();
+            let Some(call) = out.blocks[from].term.successors_mut().nth(k) else { continue };
+            let target = std::mem::replace(call, crate::BlockCall { block: edge, args: Vec::new() });
+            out.push_inst(edge, Op::ArenaRelease, vec![mark], None, span);
+            out.set_terminator(edge, Terminator::Jump(target), span);
         }
     }
     Some(out)
@@ -374,6 +387,10 @@ fn block_scopes(
 struct Plan {
     mark_block: Block,
     latches: Vec<Block>,
+    /// The edges (block, successor) that leave the loop from its body and release too.
+    exits: Vec<(Block, usize)>,
+    /// Whether no iteration's memory outlives the loop.
+    all_given_back: bool,
 }
 
 fn plan_loop(
@@ -416,19 +433,41 @@ fn plan_loop(
             return None;
         }
     }
-    // No value made in the body (past the header) is used outside the loop, but on an
-    // edge leaving it.
+    // A value made in the body may be used outside the loop: its definition dominates
+    // the use, so the iteration that made it is the last one, which left the loop without
+    // passing a back edge and so without a release. When no such value is used outside,
+    // the edges that leave the loop from its body (a `break`) release too, each through a
+    // block of its own; else the loop keeps its last iteration's memory.
     let made_in_body = |v: Value| {
         let b = def_block(v);
         in_body(b) && b != Some(h) && !is_scalar(f.value_type(v))
     };
+    let used_outside = f.blocks.iter().any(|(b, data)| {
+        !body[b.index()]
+            && cfg.is_reachable(b)
+            && data
+                .insts
+                .iter()
+                .flat_map(|&i| f.insts[i].args.iter().copied())
+                .chain(data.term.uses())
+                .any(made_in_body)
+    });
+    let mut exits = Vec::new();
+    let mut leaves_early = false;
+    let mut returns_from_body = false;
     for (b, data) in f.blocks.iter() {
-        if body[b.index()] || !cfg.is_reachable(b) {
+        if b == h || !body[b.index()] {
             continue;
         }
-        let insts_use = data.insts.iter().flat_map(|&i| f.insts[i].args.iter().copied());
-        if insts_use.chain(data.term.uses()).any(made_in_body) {
-            return None;
+        if matches!(data.term, Terminator::Return(_)) {
+            leaves_early = true;
+            returns_from_body = true;
+        }
+        for (k, s) in data.term.successors().enumerate() {
+            if !body[s.block.index()] {
+                leaves_early = true;
+                exits.push((b, k));
+            }
         }
     }
     // The mark goes where each iteration's body begins when the header's only edge into
@@ -450,7 +489,14 @@ fn plan_loop(
         }
         _ => h,
     };
-    Some(Plan { mark_block, latches: latches.to_vec() })
+    let releases_exits = !used_outside && exits.iter().all(|&(b, _)| cfg.dominates(mark_block, b));
+    // A `return` from the body keeps its iteration's memory (the call's own release, if
+    // any, gives it back).
+    let all_given_back = !leaves_early || (releases_exits && !returns_from_body);
+    if !releases_exits {
+        exits.clear();
+    }
+    Some(Plan { mark_block, latches: latches.to_vec(), exits, all_given_back })
 }
 
 #[cfg(test)]
