@@ -210,6 +210,13 @@ print("recursive_sine", json.dumps({"value": value, "gradient": [grad[0], None],
 hessian_case("tree_product", lambda v: tree_product(v, 0, 5), [0.1, -0.4, 0.9, 1.3, -0.2], [5])
 
 
+def print_loop_case(program):
+    """Prints the case of a program `main(x, w, n)`: all its derivatives in x and
+    w = [0.3, -0.5, 1.1] at x = 0.7, n = 300 (n takes none)."""
+    value, grad, hess = derivatives(lambda v: program(v, 300), [0.7, 0.3, -0.5, 1.1])
+    print(program.__name__, json.dumps({"value": value, "gradient": [grad[0], grad[1:4], None], "hessian": hess}))
+
+
 def fresh_arrays_in_loops(v, n):
     x, w = v[0], v[1:4]
     s = 0.0
@@ -231,8 +238,7 @@ def fresh_arrays_in_loops(v, n):
     return s
 
 
-value, grad, hess = derivatives(lambda v: fresh_arrays_in_loops(v, 300), [0.7, 0.3, -0.5, 1.1])
-print("fresh_arrays_in_loops", json.dumps({"value": value, "gradient": [grad[0], grad[1:4], None], "hessian": hess}))
+print_loop_case(fresh_arrays_in_loops)
 
 
 def summed_fresh_arrays(v, n):
@@ -247,8 +253,7 @@ def summed_fresh_arrays(v, n):
     return s
 
 
-value, grad, hess = derivatives(lambda v: summed_fresh_arrays(v, 300), [0.7, 0.3, -0.5, 1.1])
-print("summed_fresh_arrays", json.dumps({"value": value, "gradient": [grad[0], grad[1:4], None], "hessian": hess}))
+print_loop_case(summed_fresh_arrays)
 
 
 def loops_that_leave_early(v, n):
@@ -270,5 +275,4 @@ def loops_that_leave_early(v, n):
     return s
 
 
-value, grad, hess = derivatives(lambda v: loops_that_leave_early(v, 300), [0.7, 0.3, -0.5, 1.1])
-print("loops_that_leave_early", json.dumps({"value": value, "gradient": [grad[0], grad[1:4], None], "hessian": hess}))
+print_loop_case(loops_that_leave_early)

@@ -122,33 +122,33 @@ pub fn forward_elements(f: Function, adjoint: bool) -> Function {
 
 /// [`forward_elements`], and whether it forwarded or dropped anything (operations on
 /// forwarded elements may then repeat one another: worth merging again).
-pub fn forward_elements_reporting(mut f: Function, adjoint: bool) -> (Function, bool) {
-    let mut changed = false;
-    for _ in 0..4 {
-        if !forward_once(&mut f, adjoint, &|_, _| false) {
-            break;
-        }
-        changed = true;
-    }
-    (f, changed)
+pub fn forward_elements_reporting(f: Function, adjoint: bool) -> (Function, bool) {
+    forward_to_fixpoint(f, adjoint, &|_, _| false)
 }
 
 /// [`forward_elements`], where `apart(a, b)` says that array values `a` and `b` are
 /// known to be different arrays (a reverse pass's primal argument and a shadow), so a
 /// store to one keeps what is known of the other.
-pub fn forward_elements_apart(
+pub fn forward_elements_apart(f: Function, adjoint: bool, apart: &dyn Fn(Value, Value) -> bool) -> Function {
+    forward_to_fixpoint(f, adjoint, apart).0
+}
+
+/// Forwarding passes until one changes nothing, and whether any changed something.
+fn forward_to_fixpoint(
     mut f: Function,
     adjoint: bool,
     apart: &dyn Fn(Value, Value) -> bool,
-) -> Function {
+) -> (Function, bool) {
     // Each pass can expose more (a dropped overwritten store leaves a store of the value
     // loaded before it); two or three reach the fixpoint in practice.
+    let mut changed = false;
     for _ in 0..4 {
         if !forward_once(&mut f, adjoint, apart) {
             break;
         }
+        changed = true;
     }
-    f
+    (f, changed)
 }
 
 fn forward_once(f: &mut Function, adjoint: bool, apart: &dyn Fn(Value, Value) -> bool) -> bool {

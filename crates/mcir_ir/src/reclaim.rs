@@ -200,19 +200,13 @@ pub fn for_engines(f: &Function, escapes: &Escapes) -> Option<Function> {
     let mut out = f.clone();
     for b in scopes {
         let span = out.blocks[b].term_span;
-        let mark = out.push_value(b, Op::ArenaMark, vec![], TypeTable::I64, span);
-        if let Some(inst) = out.blocks[b].insts.pop() {
-            out.blocks[b].insts.insert(0, inst);
-        }
+        let mark = mark_at_top(&mut out, b, span);
         out.push_inst(b, Op::ArenaRelease, vec![mark], None, span);
     }
     if let Some(returns) = whole_call {
         let entry = out.entry();
         let span = out.span;
-        let mark = out.push_value(entry, Op::ArenaMark, vec![], TypeTable::I64, span);
-        if let Some(inst) = out.blocks[entry].insts.pop() {
-            out.blocks[entry].insts.insert(0, inst);
-        }
+        let mark = mark_at_top(&mut out, entry, span);
         for (b, at) in returns {
             let span = out.blocks[b].term_span;
             out.push_inst(b, Op::ArenaRelease, vec![mark], None, span);
@@ -223,10 +217,7 @@ pub fn for_engines(f: &Function, escapes: &Escapes) -> Option<Function> {
     }
     for plan in plans {
         let span = out.blocks[plan.mark_block].term_span;
-        let mark = out.push_value(plan.mark_block, Op::ArenaMark, vec![], TypeTable::I64, span);
-        if let Some(inst) = out.blocks[plan.mark_block].insts.pop() {
-            out.blocks[plan.mark_block].insts.insert(0, inst);
-        }
+        let mark = mark_at_top(&mut out, plan.mark_block, span);
         for latch in plan.latches {
             let span = out.blocks[latch].term_span;
             out.push_inst(latch, Op::ArenaRelease, vec![mark], None, span);
@@ -241,6 +232,15 @@ pub fn for_engines(f: &Function, escapes: &Escapes) -> Option<Function> {
         }
     }
     Some(out)
+}
+
+/// An `arena.mark` taken first thing in `block`.
+fn mark_at_top(out: &mut Function, block: Block, span: crate::Span) -> Value {
+    let mark = out.push_value(block, Op::ArenaMark, vec![], TypeTable::I64, span);
+    if let Some(inst) = out.blocks[block].insts.pop() {
+        out.blocks[block].insts.insert(0, inst);
+    }
+    mark
 }
 
 /// Where a function whose memory nothing can reach after it returns releases it: each
@@ -453,19 +453,14 @@ fn plan_loop(
                 .any(made_in_body)
     });
     let mut exits = Vec::new();
-    let mut leaves_early = false;
     let mut returns_from_body = false;
     for (b, data) in f.blocks.iter() {
         if b == h || !body[b.index()] {
             continue;
         }
-        if matches!(data.term, Terminator::Return(_)) {
-            leaves_early = true;
-            returns_from_body = true;
-        }
+        returns_from_body |= matches!(data.term, Terminator::Return(_));
         for (k, s) in data.term.successors().enumerate() {
             if !body[s.block.index()] {
-                leaves_early = true;
                 exits.push((b, k));
             }
         }
@@ -492,7 +487,7 @@ fn plan_loop(
     let releases_exits = !used_outside && exits.iter().all(|&(b, _)| cfg.dominates(mark_block, b));
     // A `return` from the body keeps its iteration's memory (the call's own release, if
     // any, gives it back).
-    let all_given_back = !leaves_early || (releases_exits && !returns_from_body);
+    let all_given_back = !returns_from_body && (exits.is_empty() || releases_exits);
     if !releases_exits {
         exits.clear();
     }
