@@ -210,10 +210,10 @@ print("recursive_sine", json.dumps({"value": value, "gradient": [grad[0], None],
 hessian_case("tree_product", lambda v: tree_product(v, 0, 5), [0.1, -0.4, 0.9, 1.3, -0.2], [5])
 
 
-def print_loop_case(program):
+def print_loop_case(program, n=300):
     """Prints the case of a program `main(x, w, n)`: all its derivatives in x and
-    w = [0.3, -0.5, 1.1] at x = 0.7, n = 300 (n takes none)."""
-    value, grad, hess = derivatives(lambda v: program(v, 300), [0.7, 0.3, -0.5, 1.1])
+    w = [0.3, -0.5, 1.1] at x = 0.7 and the given n (which takes none)."""
+    value, grad, hess = derivatives(lambda v: program(v, n), [0.7, 0.3, -0.5, 1.1])
     print(program.__name__, json.dumps({"value": value, "gradient": [grad[0], grad[1:4], None], "hessian": hess}))
 
 
@@ -276,3 +276,35 @@ def loops_that_leave_early(v, n):
 
 
 print_loop_case(loops_that_leave_early)
+
+
+def tree_recursion(v, n):
+    x, w = v[0], v[1:4]
+    if n == 0:
+        return sin(x) * w[0]
+    # a = fill(0, 10000) with a[i] = (i * n) % 13, read at n * 7.
+    c = ((n * 7 * n) % 13) * 0.01
+    return (tree_recursion([x * 0.9 + w[1] * 0.1] + w, n - 1) * 0.5
+            + tree_recursion([x * c + 0.2] + w, n - 1) * 0.25 + x * w[1])
+
+
+print_loop_case(tree_recursion, 9)
+
+
+def checkpointed_recursion(v):
+    x, w = v
+
+    def rec(z, n):
+        if n == 0:
+            return z
+        # a = fill(z, 100), read at n % 7.
+        return rec(sin(z), n - 1) * 0.5 + z * 0.1
+
+    s = x
+    for _ in range(10000):
+        s = rec(s, 3) * 0.5 + x * w * 0.1
+    return s
+
+
+value, grad, hess = derivatives(checkpointed_recursion, [0.7, 0.4])
+print("checkpointed_recursion", json.dumps({"value": value, "gradient": [grad[0], grad[1], None], "hessian": hess}))

@@ -97,7 +97,8 @@ pub(crate) fn factor_sums(mut f: Function) -> Function {
             continue;
         };
         let span = f.insts[map].span;
-        let sum = f.insts.push(InstData { op: Op::Sum, args: vec![inner], result: None, span });
+        let sum =
+            f.insts.push(InstData { op: Op::Sum, args: vec![inner], result: None, span, in_tape: false });
         let s = f.values.push(ValueData { ty: TypeTable::F64, def: ValueDef::Inst(sum), name: None });
         f.insts[sum].result = Some(s);
         f.blocks[b].insts.insert(k + 1, sum);

@@ -539,7 +539,7 @@ impl BlockPass<'_> {
         let args = if matches!(op, Op::FConst(_)) { Vec::new() } else { args };
         let late = args.iter().any(|a| self.late[a.index()]);
         self.late.push(late);
-        let inst = f.insts.push(InstData { op, args, result: None, span: self.span });
+        let inst = f.insts.push(InstData { op, args, result: None, span: self.span, in_tape: false });
         let v = f.values.push(ValueData { ty: TypeTable::F64, def: ValueDef::Inst(inst), name: None });
         f.insts[inst].result = Some(v);
         self.seq += 1;

@@ -302,7 +302,7 @@ pub(crate) fn checkpoint_passes(
     // What the primal allocates is dead once its result is read.
     let mark = e.val(Op::ArenaMark, vec![], TypeTable::I64);
     let y = e.val(Op::Call(inner), pv[..primal.params.len()].to_vec(), r);
-    let y = copy_out(&mut e, &module.types, y, r, mark);
+    let y = copy_out(&mut e, &module.types, y, r, Marks { arena: mark, tape: None });
     let fields: Vec<(String, TypeId)> =
         pv.iter().enumerate().map(|(i, &v)| (format!("arg{i}"), e.ty(v))).collect();
     module.types.struct_def_mut(rule.tape_sid).fields = fields.clone();
@@ -325,8 +325,11 @@ pub(crate) fn checkpoint_passes(
         .collect();
     let np = primal.params.len();
     let xs = &saved[..np];
-    // The recomputation's tape and what it allocates are dead once its reverse returns.
+    // The recomputation's tape and what it allocates are dead once its reverse returns:
+    // both what it took from the arena and what from the tape region (its stacks' room,
+    // a recursive forward pass's records).
     let mark = e.val(Op::ArenaMark, vec![], TypeTable::I64);
+    let tape_mark = e.val(Op::TapeMark, vec![], TypeTable::I64);
     let mut args = xs.to_vec();
     let mut taped = saved[np..].iter();
     for (i, &t) in primal.params.iter().enumerate() {
@@ -349,11 +352,12 @@ pub(crate) fn checkpoint_passes(
     let cot = match inner_rule.rev_ret {
         Some(t) => {
             let cot = e.val(Op::Call(inner_rule.rev), rargs, t);
-            Some(copy_out(&mut e, types, cot, t, mark))
+            Some(copy_out(&mut e, types, cot, t, Marks { arena: mark, tape: Some(tape_mark) }))
         }
         None => {
             e.eff(Op::Call(inner_rule.rev), rargs);
             e.eff(Op::ArenaRelease, vec![mark]);
+            e.eff(Op::TapeRelease, vec![tape_mark]);
             None
         }
     };
@@ -362,10 +366,16 @@ pub(crate) fn checkpoint_passes(
     Ok((fwd, e.func))
 }
 
-/// Gives back the memory allocated since `mark` but `v`, a value of value-identified type
-/// `t` (numbers, and tuples and immutable structs of them): its numbers are read, the
-/// memory released, and the value rebuilt from them.
-fn copy_out(e: &mut Emit, types: &TypeTable, v: Value, t: TypeId, mark: Value) -> Value {
+/// Marks of the arena and, where a recomputation ran, of the tape region.
+struct Marks {
+    arena: Value,
+    tape: Option<Value>,
+}
+
+/// Gives back the memory allocated since `marks` but `v`, a value of value-identified
+/// type `t` (numbers, and tuples and immutable structs of them): its numbers are read,
+/// the memory released, and the value rebuilt from them.
+fn copy_out(e: &mut Emit, types: &TypeTable, v: Value, t: TypeId, marks: Marks) -> Value {
     fn read(e: &mut Emit, types: &TypeTable, v: Value, t: TypeId, out: &mut Vec<Value>) {
         match types.try_get(t) {
             Some(Type::Tuple(items)) => {
@@ -403,7 +413,10 @@ fn copy_out(e: &mut Emit, types: &TypeTable, v: Value, t: TypeId, mark: Value) -
     }
     let mut leaves = Vec::new();
     read(e, types, v, t, &mut leaves);
-    e.eff(Op::ArenaRelease, vec![mark]);
+    e.eff(Op::ArenaRelease, vec![marks.arena]);
+    if let Some(tape) = marks.tape {
+        e.eff(Op::TapeRelease, vec![tape]);
+    }
     build(e, types, t, &mut leaves.into_iter())
 }
 

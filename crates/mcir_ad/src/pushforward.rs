@@ -557,6 +557,8 @@ impl Builder<'_> {
             | Op::MapIBinary(_)
             | Op::ArenaMark
             | Op::ArenaRelease
+            | Op::TapeMark
+            | Op::TapeRelease
             | Op::Print => None,
             Op::FBinary(bop) => {
                 let (tx, ty) = (self.dr(lane, pa[0]), self.dr(lane, pa[1]));

@@ -218,7 +218,7 @@ fn never_written_arrays(primal: &Function) -> rustc_hash::FxHashSet<TypeId> {
                     types.remove(&primal.value_type(d.args[0]));
                 }
                 ref op if mcir_ir::memory::may_write_elements(op) => {
-                    if matches!(op, Op::Call(_) | Op::ArenaRelease) || d.args.is_empty() {
+                    if matches!(op, Op::Call(_) | Op::ArenaRelease | Op::TapeRelease) || d.args.is_empty() {
                         return Default::default();
                     }
                     for &a in &d.args {
@@ -2199,7 +2199,9 @@ impl<'a> Reverse<'a> {
             | Op::StackReserve
             | Op::StackPut
             | Op::ArenaMark
-            | Op::ArenaRelease => {
+            | Op::ArenaRelease
+            | Op::TapeMark
+            | Op::TapeRelease => {
                 return Err(AdError {
                     func: primal.name.clone(),
                     message: format!(

@@ -80,7 +80,7 @@ pub(crate) fn sink_negations(mut f: Function) -> Function {
                 Some((op, new_args, true)) => {
                     // `t` computes the negation; the instruction becomes `fneg t`.
                     let span = f.insts[i].span;
-                    let n = f.insts.push(InstData { op, args: new_args, result: None, span });
+                    let n = f.insts.push(InstData { op, args: new_args, result: None, span, in_tape: false });
                     let t =
                         f.values.push(ValueData { ty: TypeTable::F64, def: ValueDef::Inst(n), name: None });
                     f.insts[n].result = Some(t);

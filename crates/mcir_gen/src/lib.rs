@@ -13,7 +13,8 @@
 //! (which native code runs several rows at a time), `while` loops,
 //! branches, `break` and `continue`, early returns, calls with aliased arguments,
 //! bounded recursion (of scalars, over halves of an array, writing an array on the
-//! way down, and looping over fresh copies as a determinant's expansion does), a
+//! way down, on two branches making arrays on every level, and looping over fresh
+//! copies as a determinant's expansion does), a
 //! function that never returns (called only where it is not reached),
 //! in-place updates, fresh allocations and the math builtins. Every program terminates
 //! (every loop that runs has a bound), indexes in range, never overflows an
@@ -305,7 +306,11 @@ impl Gen<'_, '_> {
             16 => {
                 let value = e(self, scope);
                 let n = self.src.below(4);
-                self.line(indent, &format!("acc += descend({value}, {n});"));
+                if self.src.chance(50) {
+                    self.line(indent, &format!("acc += descend({value}, {n});"));
+                } else {
+                    self.line(indent, &format!("acc += branches({value}, x, {n});"));
+                }
             }
             17 => {
                 let value = e(self, scope);
@@ -648,6 +653,16 @@ fn mix(a: f64[], b: f64[]) -> f64 {
 fn descend(z: f64, n: i64) -> f64 {
     if n <= 0 { return sin(z); }
     return descend(z * 0.75 + 0.1, n - 1) * 0.9;
+}
+
+// Recursion on two branches making arrays on every level: the reverse pass reads some
+// (the forward pass makes them in the tape region), and each call gives the rest back.
+fn branches(z: f64, v: f64[], n: i64) -> f64 {
+    if n <= 0 { return tanh(z) * v[0]; }
+    let a = fill(z, 4) * 0.5 + v[n % len(v)];
+    let b = sin(a) * a;
+    let s = sum(b) * 0.25;
+    return branches(z * 0.7 + 0.1, v, n - 1) * 0.5 + branches(s * 0.3, v, n - 1) * 0.25 + b[1] * 0.1;
 }
 
 // Divide and conquer: the halves of a range combined, down to single elements.

@@ -203,9 +203,12 @@ pub struct Interpreter<'m> {
     limits: Limits,
     /// Bytes the current call has allocated, counted against `limits.max_memory_bytes`.
     allocated: u64,
-    /// Bytes of values pushed onto tape stacks, counted against the same limit but apart:
-    /// native code keeps a stack's room in a region no `arena.release` gives back.
+    /// Bytes of values pushed onto tape stacks and of what instructions marked `tape`
+    /// allocate, counted against the same limit but apart: native code keeps them in a
+    /// region no `arena.release` gives back.
     tape_allocated: u64,
+    /// Whether the instruction running is marked `tape` (`InstData::in_tape`).
+    in_tape: bool,
     /// Where `print` writes; standard error by default.
     print: Box<dyn FnMut(&str) + 'm>,
 }
@@ -220,6 +223,7 @@ impl<'m> Interpreter<'m> {
             limits,
             allocated: 0,
             tape_allocated: 0,
+            in_tape: false,
             print: Box::new(|s| eprintln!("{s}")),
         }
     }
@@ -283,12 +287,18 @@ impl<'m> Interpreter<'m> {
                     continue;
                 }
                 let args: Vec<&Val> = d.args.iter().map(|a| &frame.regs[a.index()]).collect();
-                let out = self.exec(&d.op, &args).map_err(fail)?;
-                if matches!(d.op, Op::StackPush) {
-                    self.charge_tape(allocated_bytes(&d.op, &out)).map_err(fail)?;
-                } else {
-                    self.charge(allocated_bytes(&d.op, &out)).map_err(fail)?;
-                }
+                self.in_tape = d.in_tape;
+                let out = self.exec(&d.op, &args);
+                let charged = out.and_then(|out| {
+                    if matches!(d.op, Op::StackPush) {
+                        self.charge_tape(allocated_bytes(&d.op, &out))?;
+                    } else {
+                        self.charge(allocated_bytes(&d.op, &out))?;
+                    }
+                    Ok(out)
+                });
+                self.in_tape = false;
+                let out = charged.map_err(fail)?;
                 if let Some(r) = d.result {
                     frame.regs[r.index()] = out;
                 }
@@ -329,8 +339,12 @@ impl<'m> Interpreter<'m> {
         filled(0.0, count)
     }
 
-    /// Counts `bytes` more against the call's limit on memory.
+    /// Counts `bytes` more against the call's limit on memory (as tape when the
+    /// instruction running takes its memory from the tape region).
     fn charge(&mut self, bytes: u64) -> Result<(), Kind> {
+        if self.in_tape {
+            return self.charge_tape(bytes);
+        }
         self.allocated = self.allocated.saturating_add(bytes);
         self.check_memory()
     }
@@ -651,6 +665,13 @@ impl<'m> Interpreter<'m> {
             // Memory is collected here; only the count against the limit goes back, as
             // native code gives the memory back.
             Op::ArenaMark => Val::I64(self.allocated.min(i64::MAX as u64) as i64),
+            Op::TapeMark => Val::I64(self.tape_allocated.min(i64::MAX as u64) as i64),
+            Op::TapeRelease => {
+                if let Val::I64(m) = arg(a, 0)? {
+                    self.tape_allocated = self.tape_allocated.min((*m).max(0) as u64);
+                }
+                Val::Unit
+            }
             Op::ArenaRelease => {
                 if let Val::I64(m) = arg(a, 0)? {
                     self.allocated = self.allocated.min((*m).max(0) as u64);
@@ -763,6 +784,8 @@ fn allocated_bytes(op: &Op, out: &Val) -> u64 {
         },
         Op::ArenaMark
         | Op::ArenaRelease
+        | Op::TapeMark
+        | Op::TapeRelease
         | Op::FConst(_)
         | Op::IConst(_)
         | Op::BConst(_)

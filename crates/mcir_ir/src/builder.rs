@@ -51,7 +51,7 @@ impl Function {
         result: Option<TypeId>,
         span: Span,
     ) -> Option<Value> {
-        let inst = self.insts.push(InstData { op, args, result: None, span });
+        let inst = self.insts.push(InstData { op, args, result: None, span, in_tape: false });
         let value =
             result.map(|ty| self.values.push(ValueData { ty, def: ValueDef::Inst(inst), name: None }));
         self.insts[inst].result = value;
@@ -61,7 +61,7 @@ impl Function {
 
     /// Appends an instruction with a result of type `ty` to `block`; returns the result.
     pub fn push_value(&mut self, block: Block, op: Op, args: Vec<Value>, ty: TypeId, span: Span) -> Value {
-        let inst = self.insts.push(InstData { op, args, result: None, span });
+        let inst = self.insts.push(InstData { op, args, result: None, span, in_tape: false });
         let value = self.values.push(ValueData { ty, def: ValueDef::Inst(inst), name: None });
         self.insts[inst].result = Some(value);
         self.blocks[block].insts.push(inst);

@@ -65,7 +65,13 @@ impl Function {
                 let result = d.result.map(mv);
                 let mut args = std::mem::take(&mut d.args);
                 args.iter_mut().for_each(|v| *v = mv(*v));
-                let ni = out.insts.push(InstData { op: d.op.clone(), args, result, span: d.span });
+                let ni = out.insts.push(InstData {
+                    op: d.op.clone(),
+                    args,
+                    result,
+                    span: d.span,
+                    in_tape: d.in_tape,
+                });
                 if let Some(r) = result {
                     out.values[r].def = ValueDef::Inst(ni);
                 }

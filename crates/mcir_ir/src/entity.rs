@@ -113,6 +113,11 @@ impl<K: EntityRef, V> Arena<K, V> {
         self.items.iter().enumerate().map(|(i, v)| (K::new(i), v))
     }
 
+    /// The values in key order, to change in place.
+    pub fn values_mut(&mut self) -> std::slice::IterMut<'_, V> {
+        self.items.iter_mut()
+    }
+
     /// Every item, in order.
     pub fn values(&self) -> std::slice::Iter<'_, V> {
         self.items.iter()

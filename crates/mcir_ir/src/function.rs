@@ -74,6 +74,10 @@ pub struct InstData {
     pub result: Option<Value>,
     /// The source range the instruction came from (for runtime errors).
     pub span: Span,
+    /// Whether what it allocates comes from the call's tape region rather than its arena
+    /// (printed `tape` before the op): memory that no `arena.release` gives back, for
+    /// what a forward pass returns to the reverse pass (`crate::reclaim`).
+    pub in_tape: bool,
 }
 
 /// A jump target with the arguments for its block parameters.
@@ -192,6 +196,13 @@ pub struct Function {
 }
 
 impl Function {
+    /// Whether this is a forward pass that automatic differentiation derived (named
+    /// `f$fwd`, with a suffix for a variant): its result holds the record its reverse
+    /// pass reads, which is kept until the reverse pass has run.
+    pub fn is_forward_pass(&self) -> bool {
+        self.name.contains("$fwd")
+    }
+
     /// Whether this is a reverse pass that automatic differentiation derived (named
     /// `f$rev`, with a suffix such as `$const` for a variant; source names cannot hold
     /// `$`). A reverse pass computes adjoints, each a sum of products whose order the

@@ -119,6 +119,8 @@ fn may_inline_with_control(module: &Module, id: FuncId, f: &Function) -> bool {
                             | Op::StackPut
                             | Op::ArenaMark
                             | Op::ArenaRelease
+                            | Op::TapeMark
+                            | Op::TapeRelease
                     )
             })
         })

@@ -76,7 +76,8 @@ fn access(op: &Op) -> Access {
         | Op::StackPeek
         | Op::StackReserve
         | Op::StackPut
-        | Op::ArenaMark => Access::None,
+        | Op::ArenaMark
+        | Op::TapeMark => Access::None,
         Op::Load | Op::TrustedLoad => Access::Load,
         Op::Store | Op::TrustedStore => Access::Store,
         Op::ArrayCopy
@@ -98,7 +99,8 @@ fn access(op: &Op) -> Access {
         | Op::Axpy
         | Op::MoveAdd
         | Op::Call(_)
-        | Op::ArenaRelease => Access::Writes,
+        | Op::ArenaRelease
+        | Op::TapeRelease => Access::Writes,
     }
 }
 

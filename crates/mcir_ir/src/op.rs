@@ -297,6 +297,13 @@ pub enum Op {
     /// no value allocated since may be used afterwards. A no-op where memory is collected
     /// (the interpreter).
     ArenaRelease,
+    /// `tape.mark`: a position in the current call's tape region (where tape stacks grow
+    /// and what instructions marked `tape` allocate), for `tape.release`. Derived rules
+    /// only: a checkpoint's reverse pass marks before its recomputation.
+    TapeMark,
+    /// `tape.release`: `(mark)` gives back everything the tape region took since the
+    /// mark was taken; no value allocated there since may be used afterwards.
+    TapeRelease,
 
     /// `call @f`: calls a function of the module.
     Call(crate::FuncId),
@@ -598,6 +605,14 @@ impl Op {
         )
     }
 
+    /// Whether the op may allocate on native code, and so may take its memory from the
+    /// call's tape region (`InstData::in_tape`): what [`Op::allocates`] names, records
+    /// and tuples (blocks of slots), a stack's reservation of room, and a call (whose
+    /// result, returned in registers, native code may have to put in memory).
+    pub fn may_take_tape(&self) -> bool {
+        self.allocates() || matches!(self, Op::TupleNew | Op::StructNew(_) | Op::StackReserve | Op::Call(_))
+    }
+
     /// Whether the op has an effect besides its result (writes memory, prints, calls), so
     /// that it must be kept even when its result is unused. Ops that may fail at run time
     /// are also kept: removing them would remove the error.
@@ -664,6 +679,8 @@ impl Op {
             | Op::TrustedStore
             | Op::ArenaMark
             | Op::ArenaRelease
+            | Op::TapeMark
+            | Op::TapeRelease
             | Op::ExpectDim(_) => true,
         }
     }

@@ -609,9 +609,15 @@ impl Parser {
             } else {
                 None
             };
+            let in_tape = self.eat_word("tape");
             let (op, args) = self.op(f, scope)?;
-            let inst =
-                f.insts.push(InstData { op, args, result: result.map(|r| r.0), span: Span::default() });
+            let inst = f.insts.push(InstData {
+                op,
+                args,
+                result: result.map(|r| r.0),
+                span: Span::default(),
+                in_tape,
+            });
             if let Some((v, _)) = result {
                 f.values[v].def = ValueDef::Inst(inst);
             }
@@ -794,6 +800,8 @@ impl Parser {
             "stack.reserve" => Op::StackReserve,
             "stack.put" => Op::StackPut,
             "arena.mark" => Op::ArenaMark,
+            "tape.mark" => Op::TapeMark,
+            "tape.release" => Op::TapeRelease,
             "arena.release" => Op::ArenaRelease,
             m => {
                 let (mapped, base) = match m.strip_prefix("map.") {

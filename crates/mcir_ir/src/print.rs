@@ -170,6 +170,7 @@ impl<'a> Printer<'a> {
             Some(r) => format!("{} = ", self.typed_value(r)),
             None => String::new(),
         };
+        let lhs = if data.in_tape { lhs + "tape " } else { lhs };
         let args = &data.args;
         let rhs = match &data.op {
             Op::Load | Op::TrustedLoad => match args.split_first() {
@@ -298,6 +299,8 @@ pub(crate) fn op_head(types: &TypeTable, op: &Op) -> String {
         Op::StackReserve => "stack.reserve".to_string(),
         Op::StackPut => "stack.put".to_string(),
         Op::ArenaMark => "arena.mark".to_string(),
+        Op::TapeMark => "tape.mark".to_string(),
+        Op::TapeRelease => "tape.release".to_string(),
         Op::ArenaRelease => "arena.release".to_string(),
     }
 }

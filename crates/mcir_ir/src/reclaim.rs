@@ -38,6 +38,32 @@
 //! function is left alone: the loop around it, or the recursion it is called from,
 //! gives back what it makes.)
 //!
+//! **Recursive forward passes.** A forward pass returns the record its reverse pass
+//! reads, so a recursive one could give back nothing of what it made: the record holds
+//! arrays it made, and everything shares the arena. Instead, the instructions that make
+//! what its result may hold are marked `tape` (`InstData::in_tape`): both engines take
+//! their memory from the call's tape region, which no release gives back. What the
+//! result may hold is found backwards from each returned value, and from each value
+//! pushed onto a stack, through the fields of records, tuples and cells, the aggregates
+//! a value is read out of, the values passed to a block parameter, and the arguments of
+//! a call whose result it is (the callee's result may hold them); an entry parameter
+//! was made before the call. Such a pass then takes a mark as it begins and releases it
+//! before each return, as above, when:
+//!
+//! - it stores no value that is not a scalar into a reference or mutable struct and
+//!   marks no arena (a push or reservation is fine: what it pushes is held, and every
+//!   reservation's room is marked `tape` too);
+//! - nothing it calls stores into memory it was given ([`Escapes::stores_given`]); and
+//! - every call whose result it may hold is of a forward pass marked so too.
+//!
+//! The forward passes marked so are the largest set closed under the last condition,
+//! restricted to the recursive ones and those whose results theirs hold. In a marked
+//! pass, pushes and reservations keep no arena memory, so its loops and blocks may
+//! give theirs back by the rules above. Only forward passes are marked: the record lives
+//! until the reverse pass has run anyway, while a primal's result may be dropped by a
+//! loop of its caller that gives back its iterations' memory, which memory in the tape
+//! region would outlive.
+//!
 //! A block on a cycle of the control flow that no such loop covers (the reverse of a
 //! loop left by a `break` or `return` is entered in its middle by the early exit's
 //! reverse, so it is no natural loop) takes a mark as it begins and releases it as it
@@ -62,6 +88,15 @@ pub struct Escapes {
     makes_arrays: Vec<bool>,
     /// The names of the functions that may call themselves (directly or not).
     recursive: std::collections::HashSet<String>,
+    /// It may store a value that is not a scalar into memory it did not make (a
+    /// reference, a mutable struct, a stack it was given), or mark or release the arena:
+    /// itself or through the functions it calls.
+    stores_given: Vec<bool>,
+    /// The names of the forward passes whose results are made in the tape region (see
+    /// the module docs): recursive forward passes, and those whose results theirs hold.
+    tape_results: std::collections::HashSet<String>,
+    /// The same, by function.
+    tape_result: Vec<bool>,
 }
 
 impl Escapes {
@@ -69,25 +104,14 @@ impl Escapes {
     pub fn of(module: &Module) -> Escapes {
         let n = module.funcs.len();
         let graph = CallGraph::new(module);
-        let mut keeps = vec![false; n];
-        let mut makes_arrays = vec![false; n];
-        for (id, f) in module.funcs.iter() {
-            for data in f.blocks.values() {
-                for &i in &data.insts {
-                    let d = &f.insts[i];
-                    keeps[id.index()] |= keeps_memory(f, &d.op, &d.args);
-                    makes_arrays[id.index()] |= makes_array(&d.op);
-                }
-            }
-        }
-        // Each property flows from callees to callers.
         let mut callers: Vec<Vec<usize>> = vec![Vec::new(); n];
         for s in graph.sites() {
             if let Some(c) = callers.get_mut(s.callee.index()) {
                 c.push(s.caller.index());
             }
         }
-        for flag in [&mut keeps, &mut makes_arrays] {
+        // Each property flows from callees to callers.
+        let spread = |flag: &mut Vec<bool>| {
             let mut work: Vec<usize> = (0..n).filter(|&i| flag[i]).collect();
             while let Some(g) = work.pop() {
                 for &c in &callers[g] {
@@ -97,18 +121,61 @@ impl Escapes {
                     }
                 }
             }
+        };
+        let mut stores_given: Vec<bool> = module.funcs.values().map(stores_into_given).collect();
+        spread(&mut stores_given);
+        let is_recursive: Vec<bool> = module.funcs.keys().map(|id| graph.is_recursive(id)).collect();
+        let tape_result = tape_results(module, &stores_given, &is_recursive, &spread);
+        let mut keeps = vec![false; n];
+        let mut makes_arrays = vec![false; n];
+        for (id, f) in module.funcs.iter() {
+            // What a forward pass's result holds is made in the tape region, not the arena.
+            let held = tape_result[id.index()].then(|| held_by_result(f).values);
+            for d in f.insts.values() {
+                keeps[id.index()] |= keeps_memory(f, &d.op, &d.args);
+                let in_tape = d.result.is_some_and(|r| held.as_ref().is_some_and(|h| h[r.index()]));
+                makes_arrays[id.index()] |= makes_array(&d.op) && !in_tape;
+            }
         }
+        spread(&mut keeps);
+        spread(&mut makes_arrays);
+        let tape_results = module
+            .funcs
+            .iter()
+            .filter(|&(id, _)| tape_result[id.index()])
+            .map(|(_, f)| f.name.clone())
+            .collect();
         let recursive = module
             .funcs
             .iter()
-            .filter(|&(id, _)| graph.is_recursive(id))
+            .filter(|&(id, _)| is_recursive[id.index()])
             .map(|(_, f)| f.name.clone())
             .collect();
-        Escapes { keeps, makes_arrays, recursive }
+        Escapes { keeps, makes_arrays, recursive, stores_given, tape_results, tape_result }
     }
 
     fn call_keeps(&self, op: &Op) -> bool {
         matches!(op, Op::Call(g) if self.keeps.get(g.index()).copied().unwrap_or(true))
+    }
+
+    /// Whether `f` is a forward pass whose result is made in the tape region.
+    fn result_in_tape(&self, f: &Function) -> bool {
+        self.tape_results.contains(&f.name)
+    }
+
+    fn call_stores_given(&self, op: &Op) -> bool {
+        matches!(op, Op::Call(g) if self.stores_given.get(g.index()).copied().unwrap_or(true))
+    }
+
+    /// Whether an instruction of `f` may keep memory alive past the iteration (or call)
+    /// it runs in (see the module docs). In a forward pass whose result is made in the
+    /// tape region, what it pushes is there too, or was made before the call.
+    fn keeps(&self, f: &Function, in_tape: bool, d: &crate::InstData) -> bool {
+        if in_tape {
+            stores_or_marks(f, &d.op, &d.args, |_| true) || self.call_stores_given(&d.op)
+        } else {
+            keeps_memory(f, &d.op, &d.args) || self.call_keeps(&d.op)
+        }
     }
 
     fn call_makes_arrays(&self, op: &Op) -> bool {
@@ -133,9 +200,178 @@ fn keeps_memory(f: &Function, op: &Op, args: &[Value]) -> bool {
         // pushed in the iteration stays.
         Op::StackPut | Op::StackPush => args.iter().skip(1).any(|&v| !is_scalar(f.value_type(v))),
         Op::StackPop | Op::StackPeek => false,
-        Op::StackReserve | Op::ArenaMark | Op::ArenaRelease => true,
+        Op::StackReserve | Op::ArenaMark | Op::ArenaRelease | Op::TapeMark | Op::TapeRelease => true,
         _ => false,
     }
+}
+
+/// Whether an op stores a value that is not a scalar into memory that `made_here` does
+/// not vouch for, or marks or releases the arena: a reference's or mutable struct's
+/// content always; a stack push, put or reservation when the stack is not `made_here`.
+fn stores_or_marks(f: &Function, op: &Op, args: &[Value], made_here: impl Fn(Value) -> bool) -> bool {
+    match op {
+        Op::RefStore | Op::MutStore(..) => args.last().is_some_and(|&v| !is_scalar(f.value_type(v))),
+        Op::StackPut | Op::StackPush => {
+            args.iter().skip(1).any(|&v| !is_scalar(f.value_type(v)))
+                && !args.first().is_some_and(|&s| made_here(s))
+        }
+        Op::StackReserve => !args.first().is_some_and(|&s| made_here(s)),
+        Op::ArenaMark | Op::ArenaRelease | Op::TapeMark | Op::TapeRelease => true,
+        _ => false,
+    }
+}
+
+/// Whether `f` itself stores into memory it was given, or marks the arena (see
+/// [`Escapes::stores_given`]); a stack it makes with `stack.new` is its own.
+fn stores_into_given(f: &Function) -> bool {
+    let own_stack = |v: Value| match f.values[v].def {
+        ValueDef::Inst(i) => matches!(f.insts[i].op, Op::StackNew),
+        ValueDef::Param(..) => false,
+    };
+    f.insts.values().any(|d| stores_or_marks(f, &d.op, &d.args, own_stack))
+}
+
+/// What a forward pass's result may hold that its call makes: the values (not scalars)
+/// whose memory must outlive the call, and the functions whose results are among them.
+struct Held {
+    values: Vec<bool>,
+    callees: Vec<crate::FuncId>,
+}
+
+/// The values of `f` that its result may reach, and what it pushes onto stacks (the
+/// reverse pass pops it): from each returned value back through the fields of the
+/// records, tuples and cells it is made of, the arguments of the calls it comes from (a
+/// callee's result may hold them), the aggregates it is read out of and the values
+/// passed to the block parameter it is. An entry parameter was made before the call.
+fn held_by_result(f: &Function) -> Held {
+    let mut values = vec![false; f.values.len()];
+    let mut callees = Vec::new();
+    let mut work: Vec<Value> = Vec::new();
+    let mut incoming: Vec<Vec<&[Value]>> = vec![Vec::new(); f.blocks.len()];
+    let hold = |v: Value, values: &mut Vec<bool>, work: &mut Vec<Value>| {
+        if !is_scalar(f.value_type(v)) && !std::mem::replace(&mut values[v.index()], true) {
+            work.push(v);
+        }
+    };
+    for (_, data) in f.blocks.iter() {
+        for s in data.term.successors() {
+            incoming[s.block.index()].push(&s.args);
+        }
+        if let Terminator::Return(Some(v)) = data.term {
+            hold(v, &mut values, &mut work);
+        }
+        for &i in &data.insts {
+            let d = &f.insts[i];
+            if matches!(d.op, Op::StackPush | Op::StackPut) {
+                for &a in &d.args[1..] {
+                    hold(a, &mut values, &mut work);
+                }
+            }
+        }
+    }
+    while let Some(v) = work.pop() {
+        match f.values[v].def {
+            ValueDef::Param(b, k) => {
+                if b != f.entry() {
+                    for args in &incoming[b.index()] {
+                        if let Some(&a) = args.get(k as usize) {
+                            hold(a, &mut values, &mut work);
+                        }
+                    }
+                }
+            }
+            ValueDef::Inst(i) => {
+                let d = &f.insts[i];
+                match d.op {
+                    Op::Call(g) => callees.push(g),
+                    // What was pushed is held already, or was pushed before the call.
+                    Op::StackPop | Op::StackPeek | Op::Unset => continue,
+                    Op::TupleNew | Op::StructNew(_) | Op::RefNew => {}
+                    // A fresh array or stack holds no value of the call.
+                    ref op if op.may_take_tape() => continue,
+                    _ => {}
+                }
+                for &a in &d.args {
+                    hold(a, &mut values, &mut work);
+                }
+            }
+        }
+    }
+    Held { values, callees }
+}
+
+/// The forward passes whose results are made in the tape region: each recursive one
+/// that qualifies and, so marked, would still make an array in the arena (else no call
+/// would give anything back, and marking costs a little), and every forward pass whose
+/// result one of those holds. A forward pass qualifies when it stores nothing into a
+/// reference or mutable struct, marks no arena, calls nothing that stores into memory it
+/// was given, and every function whose result its own may hold qualifies too (the
+/// largest such set).
+fn tape_results(
+    module: &Module,
+    stores_given: &[bool],
+    is_recursive: &[bool],
+    spread: &dyn Fn(&mut Vec<bool>),
+) -> Vec<bool> {
+    let n = module.funcs.len();
+    let mut callees: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut ok = vec![false; n];
+    // Whether a call may leave an array in the arena, were the forward passes that
+    // qualify marked: only then does one gain from being marked.
+    let mut makes_in_arena = vec![false; n];
+    for (id, f) in module.funcs.iter() {
+        let local = f.is_forward_pass()
+            && f.insts.values().all(|d| {
+                !stores_or_marks(f, &d.op, &d.args, |_| true)
+                    && !matches!(d.op, Op::Call(g) if stores_given.get(g.index()).copied().unwrap_or(true))
+            });
+        let held = local.then(|| held_by_result(f));
+        for data in f.blocks.values() {
+            for &i in &data.insts {
+                let d = &f.insts[i];
+                let in_tape = d.result.is_some_and(|r| held.as_ref().is_some_and(|h| h.values[r.index()]));
+                makes_in_arena[id.index()] |= makes_array(&d.op) && !in_tape;
+            }
+        }
+        if let Some(held) = held {
+            ok[id.index()] = true;
+            callees[id.index()] = held.callees.iter().map(|g| g.index()).collect();
+        }
+    }
+    spread(&mut makes_in_arena);
+    // The largest set closed under "holds only results of the set": drop a function that
+    // holds a result from outside it, then its dependants, until none is left to drop.
+    let mut holders: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (c, gs) in callees.iter().enumerate() {
+        for &g in gs {
+            if let Some(h) = holders.get_mut(g) {
+                h.push(c);
+            }
+        }
+    }
+    let mut work: Vec<usize> = (0..n)
+        .filter(|&c| ok[c] && callees[c].iter().any(|&g| !ok.get(g).copied().unwrap_or(false)))
+        .collect();
+    while let Some(c) = work.pop() {
+        if std::mem::replace(&mut ok[c], false) {
+            work.extend(holders[c].iter().copied().filter(|&h| ok[h]));
+        }
+    }
+    // From the recursive ones that would give back arena memory as each call returns,
+    // every forward pass whose result theirs may hold.
+    let mut chosen = vec![false; n];
+    let mut work: Vec<usize> = (0..n).filter(|&c| ok[c] && is_recursive[c] && makes_in_arena[c]).collect();
+    while let Some(c) = work.pop() {
+        if !std::mem::replace(&mut chosen[c], true) {
+            work.extend(callees[c].iter().copied());
+        }
+    }
+    chosen
+}
+
+/// Whether an instruction makes an array in the arena (not in the tape region).
+fn makes_arena_array(d: &crate::InstData) -> bool {
+    makes_array(&d.op) && !d.in_tape
 }
 
 /// Whether an op makes an array (what it allocates that is neither a cell nor a stack).
@@ -146,6 +382,18 @@ fn makes_array(op: &Op) -> bool {
 /// `f` as both engines run it: with its memory given back at the end of each iteration
 /// of the loops that qualify (see the module docs), or `None` when none does.
 pub fn for_engines(f: &Function, escapes: &Escapes) -> Option<Function> {
+    let in_tape = escapes.result_in_tape(f);
+    // What the result may hold, and the room of every stack, from the tape region.
+    let held = in_tape.then(|| held_by_result(f));
+    let flagged = held.as_ref().map(|held| {
+        let mut g = f.clone();
+        for d in g.insts.values_mut() {
+            let kept = d.result.is_some_and(|r| held.values[r.index()]);
+            d.in_tape = d.op.may_take_tape() && (kept || matches!(d.op, Op::StackReserve));
+        }
+        g
+    });
+    let f = flagged.as_ref().unwrap_or(f);
     let cfg = ControlFlow::compute(f);
     let n = f.blocks.len();
     let mut block_of: Vec<Option<Block>> = vec![None; f.insts.len()];
@@ -188,14 +436,14 @@ pub fn for_engines(f: &Function, escapes: &Escapes) -> Option<Function> {
             plans.push(plan);
         }
     }
-    let scopes = block_scopes(f, &cfg, escapes, &given_back, &block_of);
+    let scopes = block_scopes(f, &cfg, escapes, &given_back, &block_of, in_tape);
     for &b in &scopes {
         given_back[b.index()] = true;
         all_given_back[b.index()] = true;
     }
-    let whole_call = plan_call(f, &cfg, escapes, &all_given_back);
+    let whole_call = plan_call(f, &cfg, escapes, &all_given_back, held.as_ref());
     if plans.is_empty() && whole_call.is_none() && scopes.is_empty() {
-        return None;
+        return flagged;
     }
     let mut out = f.clone();
     for b in scopes {
@@ -245,28 +493,37 @@ fn mark_at_top(out: &mut Function, block: Block, span: crate::Span) -> Value {
 
 /// Where a function whose memory nothing can reach after it returns releases it: each
 /// returning block, and the position there (before a tuple of scalars the block builds
-/// to return, else at its end). `None` when the function makes no array outside the
-/// loops that give theirs back, may keep
-/// memory (see [`keeps_memory`]), or returns anything but scalars and such a tuple, and
-/// for functions that do not recurse: the loop around a call, or the recursion it is
-/// called from, gives back what one call makes, and a release costs a little.
+/// to return, else at its end). `None` when the function makes no array in the arena
+/// outside the loops that give theirs back, may keep memory (see [`Escapes::keeps`]), or
+/// returns anything but scalars and such a tuple, unless it is a forward pass whose
+/// result is `held` in the tape region (see the module docs); and for functions that do
+/// not recurse: the loop around a call, or the recursion it is called from, gives back
+/// what one call makes, and a release costs a little.
 fn plan_call(
     f: &Function,
     cfg: &ControlFlow,
     escapes: &Escapes,
     given_back: &[bool],
+    held: Option<&Held>,
 ) -> Option<Vec<(Block, usize)>> {
     if !escapes.recursive.contains(&f.name) || !cfg.preds[f.entry().index()].is_empty() {
+        return None;
+    }
+    // A result made in the tape region may hold results of other calls only when those
+    // are made there too.
+    if held.is_some_and(|h| {
+        h.callees.iter().any(|&g| !escapes.tape_result.get(g.index()).copied().unwrap_or(false))
+    }) {
         return None;
     }
     let mut makes = false;
     for (b, data) in f.blocks.iter() {
         for &i in &data.insts {
             let d = &f.insts[i];
-            if keeps_memory(f, &d.op, &d.args) || escapes.call_keeps(&d.op) {
+            if escapes.keeps(f, held.is_some(), d) {
                 return None;
             }
-            let made = makes_array(&d.op) || escapes.call_makes_arrays(&d.op);
+            let made = makes_arena_array(d) || escapes.call_makes_arrays(&d.op);
             makes |= made && !given_back.get(b.index()).copied().unwrap_or(false);
         }
     }
@@ -281,7 +538,7 @@ fn plan_call(
         let Terminator::Return(r) = data.term else { continue };
         let at = match r {
             None => data.insts.len(),
-            Some(v) if is_scalar(f.value_type(v)) => data.insts.len(),
+            Some(v) if is_scalar(f.value_type(v)) || held.is_some() => data.insts.len(),
             Some(v) => {
                 // A tuple of scalars built last in the block: released before it, so that
                 // it is built after the release (it may be allocated).
@@ -311,12 +568,13 @@ fn block_scopes(
     escapes: &Escapes,
     given_back: &[bool],
     block_of: &[Option<Block>],
+    in_tape: bool,
 ) -> Vec<Block> {
     let makes_here = |b: Block| {
-        f.blocks[b].insts.iter().any(|&i| {
-            let op = &f.insts[i].op;
-            makes_array(op) || escapes.call_makes_arrays(op)
-        })
+        f.blocks[b]
+            .insts
+            .iter()
+            .any(|&i| makes_arena_array(&f.insts[i]) || escapes.call_makes_arrays(&f.insts[i].op))
     };
     let candidates: Vec<Block> = cfg
         .rpo
@@ -374,12 +632,7 @@ fn block_scopes(
     candidates
         .into_iter()
         .filter(|&b| on_cycle[b.index()] && !leaks[b.index()])
-        .filter(|&b| {
-            !f.blocks[b].insts.iter().any(|&i| {
-                let d = &f.insts[i];
-                keeps_memory(f, &d.op, &d.args) || escapes.call_keeps(&d.op)
-            })
-        })
+        .filter(|&b| !f.blocks[b].insts.iter().any(|&i| escapes.keeps(f, in_tape, &f.insts[i])))
         .collect()
 }
 
@@ -402,6 +655,7 @@ fn plan_loop(
     def_block: &dyn Fn(Value) -> Option<Block>,
     escapes: &Escapes,
 ) -> Option<Plan> {
+    let in_tape = escapes.result_in_tape(f);
     let in_body = |b: Option<Block>| b.is_some_and(|b| body.get(b.index()).copied().unwrap_or(false));
     let mut makes = false;
     for (b, data) in f.blocks.iter() {
@@ -410,10 +664,10 @@ fn plan_loop(
         }
         for &i in &data.insts {
             let d = &f.insts[i];
-            if keeps_memory(f, &d.op, &d.args) || escapes.call_keeps(&d.op) {
+            if escapes.keeps(f, in_tape, d) {
                 return None;
             }
-            makes |= makes_array(&d.op) || escapes.call_makes_arrays(&d.op);
+            makes |= makes_arena_array(d) || escapes.call_makes_arrays(&d.op);
         }
     }
     if !makes {
@@ -473,7 +727,7 @@ fn plan_loop(
     let header_makes = f.blocks[h]
         .insts
         .iter()
-        .any(|&i: &Inst| makes_array(&f.insts[i].op) || escapes.call_makes_arrays(&f.insts[i].op));
+        .any(|&i: &Inst| makes_arena_array(&f.insts[i]) || escapes.call_makes_arrays(&f.insts[i].op));
     let mark_block = match inside.as_slice() {
         [s] if *s != h
             && !header_makes
@@ -663,5 +917,39 @@ mod tests {
             "fn @g(%x_0: f64) -> f64[] {\nbb0:\n    %1: i64 = iconst 4\n    %a_2: f64[] = array.fill %x_0, %1\n    ret %a_2\n}\n",
         );
         assert!(releases(&text, 0).is_some_and(|t| t.contains("arena.release")));
+    }
+
+    /// A recursive function `name` returning `(f64, g$tape)`: a record holding an array
+    /// made from a temporary, and the record of the call below.
+    fn recursive_with_record(name: &str) -> String {
+        format!(
+            "struct g$tape {{ kept: f64[], inner: g$tape }}\n\nfn @{name}(%x_0: f64, %n_1: i64) -> (f64, g$tape) {{\nbb0:\n    %z_2: i64 = iconst 0\n    %c_3: bool = icmp le %n_1, %z_2\n    %u_4: g$tape = unset\n    %k_5: i64 = iconst 100\n    %t_6: f64[] = array.fill %x_0, %k_5\n    %e_7: f64 = array.sum %t_6\n    %a_8: f64[] = map.sin %t_6\n    br %c_3, bb1, bb2\nbb1:\n    %r_9: g$tape = struct.new g$tape %a_8, %u_4\n    %p_10: (f64, g$tape) = tuple.new %e_7, %r_9\n    ret %p_10\nbb2:\n    %one_11: i64 = iconst 1\n    %m_12: i64 = isub %n_1, %one_11\n    %q_13: (f64, g$tape) = call @{name}(%x_0, %m_12)\n    %v_14: f64 = tuple.get 0 %q_13\n    %i_15: g$tape = tuple.get 1 %q_13\n    %r_16: g$tape = struct.new g$tape %a_8, %i_15\n    %s_17: f64 = fadd %v_14, %e_7\n    %p_18: (f64, g$tape) = tuple.new %s_17, %r_16\n    ret %p_18\n}}\n"
+        )
+    }
+
+    #[test]
+    fn a_recursive_forward_pass_makes_its_record_in_the_tape_region_and_gives_back_the_rest() {
+        let out = releases(&recursive_with_record("g$fwd"), 0).expect("reclaimed");
+        // The temporary stays in the arena; what the record holds, the record and the
+        // returned tuple come from the tape region.
+        assert!(out.contains("f64[] = array.fill %x_0"), "{out}");
+        assert!(out.contains("f64[] = tape map.sin"), "{out}");
+        assert_eq!(out.matches("tape struct.new").count(), 2, "{out}");
+        assert_eq!(out.matches("tape tuple.new").count(), 2, "{out}");
+        // Each call gives its arena memory back as it returns.
+        assert_eq!(out.matches("arena.mark").count(), 1, "{out}");
+        assert_eq!(out.matches("arena.release").count(), 2, "{out}");
+        // The printed function parses again, its regions as they were.
+        let again =
+            crate::parse::parse_module(&format!("struct g$tape {{ kept: f64[], inner: g$tape }}\n\n{out}"))
+                .expect("parses");
+        assert_eq!(crate::print::print_function(&again, &again.funcs[FuncId::new(0)]), out);
+    }
+
+    #[test]
+    fn a_function_that_is_no_forward_pass_keeps_what_its_result_may_hold() {
+        // Its result may be kept by a loop that gives back its iterations' arena memory,
+        // which the tape region would outlive: it is left as it is.
+        assert_eq!(releases(&recursive_with_record("g"), 0), None);
     }
 }

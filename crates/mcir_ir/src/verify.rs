@@ -18,6 +18,7 @@
 //!    the right type per parameter of its target; `ret` matches the declared return type.
 //! 6. **Calls.** The callee exists; arguments and result fit its signature.
 //! 7. **Types are well formed.** Struct and type ids exist in the module's type table.
+//! 8. **Regions.** Only an op that allocates (`Op::may_take_tape`) is marked `tape`.
 //!
 //! And for every hand-written rule of the module (see [`RuleKind`]): the function exists,
 //! has at most one rule of each kind (a `zero` or `checkpoint` rule is alone), and the
@@ -313,6 +314,9 @@ impl Verifier<'_> {
     }
 
     fn check_op(&self, d: &InstData) -> Check {
+        if d.in_tape && !d.op.may_take_tape() {
+            return Err("allocates nothing, so cannot take from the tape region".into());
+        }
         let t = &self.types;
         let args: Vec<TypeId> = d.args.iter().map(|&v| self.ty(v)).collect();
         let result = d.result.map(|r| self.ty(r));
@@ -578,8 +582,8 @@ impl Verifier<'_> {
                 Some((Scalar::F64, _)) => want(&[args[0], f64_, args[0]], None),
                 _ => Err("takes an f64 array, an f64 and an array of the first's type".into()),
             },
-            Op::ArenaMark => want(&[], Some(TypeTable::I64)),
-            Op::ArenaRelease => want(&[TypeTable::I64], None),
+            Op::ArenaMark | Op::TapeMark => want(&[], Some(TypeTable::I64)),
+            Op::ArenaRelease | Op::TapeRelease => want(&[TypeTable::I64], None),
             Op::Unset => match result {
                 Some(_) => want(&[], result),
                 None => Err("yields a value".into()),

@@ -17,6 +17,9 @@ pub(crate) mod ctx {
     pub const INTERRUPT: i32 = 32;
     pub const BUMP: i32 = 48;
     pub const BUMP_END: i32 = 56;
+    pub const OTHER_BUMP: i32 = 64;
+    pub const OTHER_END: i32 = 72;
+    pub const IN_TAPE: i32 = 80;
 }
 
 /// Offsets into an array header.
@@ -36,8 +39,8 @@ pub(crate) mod stack {
     pub const HEADER_BYTES: usize = 24;
 }
 
-/// The state of one call into generated code. Generated code reads and writes the first
-/// five fields; the runtime owns the rest.
+/// The state of one call into generated code. Generated code reads and writes every
+/// field but `rt`, which the runtime owns.
 #[repr(C)]
 pub(crate) struct Ctx {
     /// Non-zero once an error happened: generated code returns at once.
@@ -56,18 +59,35 @@ pub(crate) struct Ctx {
     /// blocks by bumping this pointer, and calls the runtime when it reaches the end.
     pub bump: u64,
     pub bump_end: u64,
+    /// The free part of the other region's current chunk: the tape region's while
+    /// `bump..bump_end` is the arena's, and the arena's while it is the tape region's
+    /// (`in_tape`). An instruction marked `tape` swaps the two windows around what it
+    /// allocates. The tape region's is empty (zero) until the call first uses it.
+    pub other_bump: u64,
+    pub other_end: u64,
+    /// Non-zero while `bump..bump_end` is the tape region's window.
+    pub in_tape: u64,
+}
+
+impl Ctx {
+    /// Makes the other region's window the current one.
+    fn swap_windows(&mut self) {
+        std::mem::swap(&mut self.bump, &mut self.other_bump);
+        std::mem::swap(&mut self.bump_end, &mut self.other_end);
+        self.in_tape ^= 1;
+    }
 }
 
 /// What the runtime keeps for one call: the arena and the first error.
 pub(crate) struct Runtime {
     pub arena: Arena,
-    /// Where tape stacks grow (`mc_stack_grow`): apart from the arena, so that a loop
-    /// giving its iterations' arena memory back (`arena.release`) never gives back a
-    /// stack's room, which the reverse pass still reads. Its window is
-    /// `tape_bump..tape_end`; both are zero until the call's first growth.
+    /// Where tape stacks grow (`mc_stack_grow`), and what instructions marked `tape`
+    /// allocate: apart from the arena, so that a loop or call giving its arena memory
+    /// back (`arena.release`) never gives back a stack's room or a forward pass's
+    /// record, which the reverse pass still reads.
     pub tape: Arena,
-    pub tape_bump: u64,
-    pub tape_end: u64,
+    /// Whether the call has taken a window of the tape region.
+    pub tape_used: bool,
     /// The most the call may hold in the arena and the tape region together.
     pub max_memory_bytes: u64,
     pub error: Option<(RuntimeErrorKind, u32)>,
@@ -212,10 +232,10 @@ fn zeroed_words(words: usize) -> Option<Vec<u64>> {
 impl Runtime {
     /// What the tape region holds (nothing before the call's first growth).
     fn tape_held(&self) -> u64 {
-        if self.tape_end == 0 {
-            0
-        } else {
+        if self.tape_used {
             self.tape.held_bytes()
+        } else {
+            0
         }
     }
 
@@ -236,27 +256,43 @@ impl Runtime {
         }
     }
 
-    /// `bytes` bytes of the tape region, for a stack's room.
-    pub fn alloc_tape(&mut self, bytes: u64) -> Result<*mut u8, RuntimeErrorKind> {
-        if bytes > self.arena.max_alloc_bytes {
-            return Err(RuntimeErrorKind::AllocationTooLarge { bytes, limit: self.arena.max_alloc_bytes });
+    /// A fresh window of the tape region of at least `size` bytes, within what the arena
+    /// leaves of the call's memory limit.
+    pub fn tape_window(&mut self, size: u64) -> Result<(u64, u64), RuntimeErrorKind> {
+        self.tape.max_memory_bytes = self.max_memory_bytes.saturating_sub(self.arena.held_bytes());
+        let first = !std::mem::replace(&mut self.tape_used, true);
+        let mut window = if first { self.tape.first_window() } else { self.tape.next_window(size) };
+        if first && window.as_ref().is_ok_and(|&(s, e)| e - s < size) {
+            window = self.tape.next_window(size);
         }
-        let size = bytes.div_ceil(8).max(1) * 8;
-        if self.tape_bump.checked_add(size).is_none_or(|end| end > self.tape_end) {
-            self.tape.max_memory_bytes = self.max_memory_bytes.saturating_sub(self.arena.held_bytes());
-            let first = self.tape_end == 0;
-            let mut window = if first { self.tape.first_window() } else { self.tape.next_window(size) };
-            if first && window.as_ref().is_ok_and(|&(s, e)| e - s < size) {
-                window = self.tape.next_window(size);
-            }
-            let (start, end) = window.map_err(|e| self.whole_limit(e))?;
-            self.tape_bump = start;
-            self.tape_end = end;
-        }
-        let p = self.tape_bump as *mut u8;
-        self.tape_bump += size;
-        Ok(p)
+        window.map_err(|e| self.whole_limit(e))
     }
+
+    /// A fresh window of at least `size` bytes of the region generated code allocates
+    /// from now.
+    pub fn window(&mut self, in_tape: bool, size: u64) -> Result<(u64, u64), RuntimeErrorKind> {
+        if in_tape {
+            self.tape_window(size)
+        } else {
+            self.arena_window(size)
+        }
+    }
+}
+
+/// `bytes` bytes of the tape region, for a stack's room.
+pub(crate) fn alloc_tape(ctx: *mut Ctx, bytes: u64) -> Result<*mut u8, RuntimeErrorKind> {
+    // SAFETY: the context is valid and exclusive for the call; no reference to it is
+    // held across `alloc`.
+    let in_tape = unsafe { (*ctx).in_tape != 0 };
+    if in_tape {
+        return alloc(ctx, bytes, false);
+    }
+    // SAFETY: as above.
+    unsafe { (*ctx).swap_windows() };
+    let p = alloc(ctx, bytes, false);
+    // SAFETY: as above.
+    unsafe { (*ctx).swap_windows() };
+    p
 }
 
 /// `bytes` bytes from the call's arena, zeroed if `zero`.
@@ -268,7 +304,7 @@ pub(crate) fn alloc(ctx: *mut Ctx, bytes: u64, zero: bool) -> Result<*mut u8, Ru
     }
     let size = bytes.div_ceil(8).max(1) * 8;
     if c.bump.checked_add(size).is_none_or(|end| end > c.bump_end) {
-        let (start, end) = rt.arena_window(size)?;
+        let (start, end) = rt.window(c.in_tape != 0, size)?;
         c.bump = start;
         c.bump_end = end;
     }

@@ -705,8 +705,7 @@ impl Compiled {
         let mut rt = Runtime {
             arena,
             tape,
-            tape_bump: 0,
-            tape_end: 0,
+            tape_used: false,
             max_memory_bytes: limits.max_memory_bytes,
             error: None,
             tables: &*self.tables as *const Tables,
@@ -731,6 +730,9 @@ impl Compiled {
                 rt: &mut rt as *mut Runtime,
                 bump,
                 bump_end,
+                other_bump: 0,
+                other_end: 0,
+                in_tape: 0,
             };
             let (words, state) = args(&mut ctx)?;
             let mut ret: u64 = 0;

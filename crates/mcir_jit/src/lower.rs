@@ -55,6 +55,7 @@ rtfns! {
     "mc_zeros_like" => mc_zeros_like as extern "C" fn(_, _, _) -> _, [P, P, P] -> Some(P);
     "mc_poll" => mc_poll as extern "C" fn(_, _), [P, P] -> None;
     "mc_arena_release" => mc_arena_release as extern "C" fn(_, _), [P, P] -> None;
+    "mc_tape_release" => mc_tape_release as extern "C" fn(_, _), [P, P] -> None;
     "mc_stack_reserve" => mc_stack_reserve as extern "C" fn(_, _, _, _, _, _, _) -> _, [P, P, P, P, P, P, P] -> Some(P);
     "mc_same_shape" => mc_same_shape as extern "C" fn(_, _, _, _), [P, P, P, P] -> None;
     "mc_array_like" => mc_array_like as extern "C" fn(_, _, _) -> _, [P, P, P] -> Some(P);
@@ -208,6 +209,8 @@ struct FnLower<'a, 'b> {
     /// arena, taken at the first of them: the bytes they take in all, then the piece and
     /// the offset of the next allocation in it.
     block_bytes: i64,
+    /// Whether allocations now take from the tape region (see `swap_windows`).
+    in_tape: bool,
     piece: Option<(CValue, i64)>,
     /// Records (tuples and structs of many fields) of the block being lowered whose
     /// memory is taken at the block's start, so that each field is stored as soon as its
@@ -327,7 +330,7 @@ fn map_sincos_pairs(
             let span = at_m.min(at_p)..=root_pos.max(at_p);
             let written = data.insts[span].iter().any(|&u| {
                 let op = &f.insts[u].op;
-                mcir_ir::memory::may_write_elements(op) || matches!(op, Op::ArenaRelease)
+                mcir_ir::memory::may_write_elements(op) || matches!(op, Op::ArenaRelease | Op::TapeRelease)
             });
             if !early_use && !written {
                 out.insert(m, p);
@@ -656,7 +659,7 @@ impl<'a> Lowering<'a> {
             .filter_map(|(_, d)| d.result)
             .filter(|&r| !matches!(self.module.types.get(f.value_type(r)), mcir_ir::Type::Stack(_)))
             .collect();
-        let releases_arena = f.insts.iter().any(|(_, d)| matches!(d.op, Op::ArenaRelease));
+        let releases_arena = f.insts.iter().any(|(_, d)| matches!(d.op, Op::ArenaRelease | Op::TapeRelease));
         let mut fl = FnLower {
             l: self,
             b,
@@ -670,6 +673,7 @@ impl<'a> Lowering<'a> {
             loop_depth: Vec::new(),
             fused,
             block_bytes: 0,
+            in_tape: false,
             piece: None,
             early_records: HashMap::default(),
             early_fields: HashMap::default(),
@@ -818,9 +822,10 @@ impl FnLower<'_, '_> {
             .insts
             .iter()
             .filter(|&&i| {
-                !f.insts[i]
-                    .result
-                    .is_some_and(|r| self.register_tuples.contains(&r) || self.sized_stacks.contains_key(&r))
+                !f.insts[i].in_tape
+                    && !f.insts[i].result.is_some_and(|r| {
+                        self.register_tuples.contains(&r) || self.sized_stacks.contains_key(&r)
+                    })
             })
             .filter_map(|&i| fixed_allocation(&f.insts[i].op, f.insts[i].args.len()));
         let (count, total) = sizes.fold((0, 0), |(c, t), s| (c + 1, t + s));
@@ -834,10 +839,17 @@ impl FnLower<'_, '_> {
             {
                 continue;
             }
+            let tape = self.takes_tape(inst);
+            if tape {
+                self.swap_windows(true);
+            }
             if d.args.iter().any(|a| self.fused.contains_key(a)) {
                 self.fused_loop(inst, &data.insts)?;
             } else {
                 self.inst(inst)?;
+            }
+            if tape {
+                self.swap_windows(false);
             }
             if let Some(r) = d.result {
                 self.store_early_fields(r)?;
@@ -860,13 +872,16 @@ impl FnLower<'_, '_> {
             .filter(|&i| {
                 let d = &f.insts[i];
                 matches!(d.op, Op::TupleNew | Op::StructNew(_))
+                    && !d.in_tape
                     && d.args.len() >= EARLY_RECORD_FIELDS
                     && !d.result.is_some_and(|r| self.register_tuples.contains(&r))
                     && !d.args.iter().any(|a| self.fused.contains_key(a))
             })
             .collect();
         if records.is_empty()
-            || insts.iter().any(|&i| matches!(f.insts[i].op, Op::ArenaMark | Op::ArenaRelease))
+            || insts.iter().any(|&i| {
+                matches!(f.insts[i].op, Op::ArenaMark | Op::ArenaRelease | Op::TapeMark | Op::TapeRelease)
+            })
         {
             return Ok(());
         }
@@ -1580,6 +1595,10 @@ impl FnLower<'_, '_> {
     /// runtime for a new window only when this one is full.
     fn alloc(&mut self, bytes: i64, site: i64) -> CValue {
         let size = (bytes + 7) / 8 * 8;
+        if self.in_tape {
+            // The block's piece is the arena's.
+            return self.bump(bytes, size, site);
+        }
         if let Some((piece, offset)) = self.piece {
             if offset + size <= self.block_bytes {
                 self.piece = Some((piece, offset + size));
@@ -1617,6 +1636,36 @@ impl FnLower<'_, '_> {
         let small = self.b.ins().band(few, fits);
         let first = self.b.ins().iconst(P, STACK_FIRST);
         Some(self.b.ins().select(small, room, first))
+    }
+
+    /// Makes the tape region's window the one allocations take from (`into_tape`), or
+    /// the arena's again: the two windows in the context change places, and the runtime
+    /// is told which one it refills (`Ctx::in_tape`).
+    fn swap_windows(&mut self, into_tape: bool) {
+        let fields = [ctx::BUMP, ctx::BUMP_END, ctx::OTHER_BUMP, ctx::OTHER_END];
+        let [bump, end, other, other_end] = fields.map(|at| self.b.ins().load(P, flags(), self.ctx, at));
+        for (v, at) in
+            [(other, ctx::BUMP), (other_end, ctx::BUMP_END), (bump, ctx::OTHER_BUMP), (end, ctx::OTHER_END)]
+        {
+            self.b.ins().store(flags(), v, self.ctx, at);
+        }
+        let flag = self.b.ins().iconst(P, into_tape as i64);
+        self.b.ins().store(flags(), flag, self.ctx, ctx::IN_TAPE);
+        self.in_tape = into_tape;
+    }
+
+    /// Whether lowering `inst` allocates in the tape region: it is marked `tape` (or the
+    /// `map.sin` or `map.cos` lowered with it is) and allocates here (a tuple returned
+    /// in registers does not).
+    fn takes_tape(&self, inst: mcir_ir::Inst) -> bool {
+        let f = self.f;
+        let marked =
+            f.insts[inst].in_tape || self.map_partner.get(&inst).is_some_and(|&p| f.insts[p].in_tape);
+        // A call runs its callee in the arena's window; the tuple it may put its result
+        // in is taken from the tape region where it is made (`Op::Call` below).
+        marked
+            && !matches!(f.insts[inst].op, Op::Call(_))
+            && !f.insts[inst].result.is_some_and(|r| self.register_tuples.contains(&r))
     }
 
     /// Takes `size` bytes (`bytes` rounded up) from the arena.
@@ -2514,7 +2563,13 @@ impl FnLower<'_, '_> {
                             None
                         } else {
                             // Used as a whole (passed on, stored): the tuple in memory.
+                            if d.in_tape {
+                                self.swap_windows(true);
+                            }
                             let block = self.alloc(8 * results.len() as i64, site);
+                            if d.in_tape {
+                                self.swap_windows(false);
+                            }
                             for (k, &v) in results.iter().enumerate() {
                                 self.b.ins().store(flags(), v, block, 8 * k as i32);
                             }
@@ -2544,6 +2599,13 @@ impl FnLower<'_, '_> {
                 self.rt_call("mc_arena_release", &[self.ctx, args[0]]);
                 // What the block's piece still holds may lie past the mark: take a new one.
                 self.piece = None;
+                None
+            }
+            // Marks are never taken between the swaps of `swap_windows`: the tape
+            // region's window is the other one.
+            Op::TapeMark => Some(self.b.ins().load(P, flags(), self.ctx, ctx::OTHER_BUMP)),
+            Op::TapeRelease => {
+                self.rt_call("mc_tape_release", &[self.ctx, args[0]]);
                 None
             }
             Op::Unset if result_ty.is_some_and(|t| matches!(types.get(t), mcir_ir::Type::Stack(_))) => {

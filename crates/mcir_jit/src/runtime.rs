@@ -4,7 +4,7 @@
 //! unwinds (a panic is caught and reported as an internal error), and reports failures
 //! by setting the context's status, after which generated code returns at once.
 
-use crate::layout::{alloc, array, stack, Ctx, Runtime};
+use crate::layout::{alloc, alloc_tape, array, stack, Ctx, Runtime};
 use mcir_interp::RuntimeErrorKind as Kind;
 use mcir_ir::{f64_to_i64, powi, FBinOp, FUnOp, IBinOp};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -250,6 +250,23 @@ pub(crate) extern "C" fn mc_arena_release(ctx: *mut Ctx, mark: i64) {
     }
 }
 
+/// Gives back what the call's tape region took since `mark`, a position `tape.mark` read
+/// (zero when the region had not been used): its window starts at the mark again.
+pub(crate) extern "C" fn mc_tape_release(ctx: *mut Ctx, mark: i64) {
+    // SAFETY: the context is valid and exclusive for the call.
+    let c = unsafe { &mut *ctx };
+    let rt = rt(ctx);
+    if mark == 0 {
+        rt.tape.reset();
+        rt.tape_used = false;
+        c.other_bump = 0;
+        c.other_end = 0;
+    } else if let Some(end) = rt.tape.release(mark as u64) {
+        c.other_bump = mark as u64;
+        c.other_end = end;
+    }
+}
+
 /// Makes the context's window hold at least `bytes` more bytes.
 pub(crate) extern "C" fn mc_refill(ctx: *mut Ctx, site: i64, bytes: i64) {
     guard(ctx, site, || {
@@ -259,7 +276,7 @@ pub(crate) extern "C" fn mc_refill(ctx: *mut Ctx, site: i64, bytes: i64) {
         if bytes > rt(ctx).arena.max_alloc_bytes {
             return Err(Kind::AllocationTooLarge { bytes, limit: rt(ctx).arena.max_alloc_bytes });
         }
-        let (start, end) = rt(ctx).arena_window(bytes.div_ceil(8).max(1) * 8)?;
+        let (start, end) = rt(ctx).window(c.in_tape != 0, bytes.div_ceil(8).max(1) * 8)?;
         c.bump = start;
         c.bump_end = end;
         Ok(())
@@ -714,7 +731,7 @@ pub(crate) extern "C" fn mc_stack_grow(ctx: *mut Ctx, site: i64, s: *mut u8) {
             let bytes = (new_cap as u64).checked_mul(8).ok_or(Kind::IntegerOverflow)?;
             // In the tape region: a loop may give back the arena memory of its
             // iterations, and a stack pushed in one keeps its room.
-            let new = rt(ctx).alloc_tape(bytes)? as *mut u64;
+            let new = alloc_tape(ctx, bytes)? as *mut u64;
             if len > 0 {
                 std::ptr::copy_nonoverlapping(data, new, len);
             }
