@@ -308,3 +308,56 @@ def checkpointed_recursion(v):
 
 value, grad, hess = derivatives(checkpointed_recursion, [0.7, 0.4])
 print("checkpointed_recursion", json.dumps({"value": value, "gradient": [grad[0], grad[1], None], "hessian": hess}))
+
+
+def pushed_records_in_loops(v, n):
+    x, w = v[0], v[1:4]
+
+    def scaled(z):
+        # t = fill(z, 10000), read at 3.
+        return [e * z for e in [z * w[0], w[1] * z, z]]
+
+    def settle(z):
+        # t = fill(3, 10000): f64(t[k % 5] + k) is 3 + k.
+        y = z
+        for k in range(50):
+            y = 0.5 * y + 0.25 * (3.0 + k) * w[2]
+            if k == 20:
+                return y * w[0]
+        return y
+
+    s = 0.0
+    for i in range(n):
+        a = x * w[i % 3]
+        u = scaled(x + a)
+        s = s + u[0] * u[1] + a * 0.1
+    for i in range(n):
+        s = s + settle(x + w[i % 3] * 0.1) * 0.01
+    return s
+
+
+print_loop_case(pushed_records_in_loops)
+
+
+def recursion_returning_values(v, n):
+    x, w = v[0], v[1:4]
+    if n == 0:
+        return ((x, w[0]), (x * w[1], 1))
+    # t = fill(n, 10000): f64(t[n] - n + 1) * 0.5 is 0.5.
+    c = 0.5
+    left = recursion_returning_values([x * 0.9 + w[2] * 0.1] + w, n - 1)
+    right = recursion_returning_values([x * 0.8] + w, n - 1)
+    return ((left[0][0] * c + right[0][1], right[0][0] * left[0][1]),
+            (left[1][0] + right[1][0] * x, left[1][1] + right[1][1]))
+
+
+def recursion_returning_values_main(v):
+    s = recursion_returning_values(v, 9)
+    return s[0][0] + s[0][1] * 0.5 + s[1][0] * 0.25 + s[1][1] * 0.001
+
+
+value, grad, _ = derivatives(recursion_returning_values_main, [0.7, 0.3, -0.5, 1.1])
+tangent = [1.0, 0.5, -1.0, 0.25]
+print("recursion_returning_values", json.dumps({
+    "value": value, "tangent": sum(g * t for g, t in zip(grad, tangent)),
+    "args_tangent": [1.0, [0.5, -1.0, 0.25], None]}))

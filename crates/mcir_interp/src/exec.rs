@@ -778,8 +778,11 @@ fn allocated_bytes(op: &Op, out: &Val) -> u64 {
         Op::RefNew | Op::StackPush => 8,
         Op::StackNew => 24,
         Op::Unset => 0,
+        // A struct is a block of slots on native code, a record of a forward pass
+        // included; a tuple is often kept in registers there, so it is not counted.
         Op::StructNew(_) => match out {
             Val::Mut(fields) => 8 * fields.borrow().len() as u64,
+            Val::Agg(fields) => 8 * fields.len() as u64,
             _ => 0,
         },
         Op::ArenaMark

@@ -30,17 +30,20 @@
 //!   before the loop began.
 //!
 //! A whole call of a recursive function is treated the same way: one that returns only
-//! scalars (or a tuple of scalars it builds last), and in which nothing keeps memory as
-//! above, takes a mark as it begins and releases it before each return, before building
-//! that tuple. What it allocated can be reached after the release only through its
-//! result, which holds no address. Recursion that makes arrays on each level then holds
+//! scalars, or a value made of scalars alone (tuples and immutable structs of them), and
+//! in which nothing keeps memory as above, takes a mark as it begins and releases it
+//! before each return: before building a tuple of scalars it builds last, else after
+//! reading the scalars of its result out, which it then makes again (`copy_out`). What
+//! it allocated can be reached after the release only through its result, which holds
+//! no address. Recursion that makes arrays on each level then holds
 //! those of the levels still running, not of every call made. (A call of any other
 //! function is left alone: the loop around it, or the recursion it is called from,
 //! gives back what it makes.)
 //!
-//! **Recursive forward passes.** A forward pass returns the record its reverse pass
-//! reads, so a recursive one could give back nothing of what it made: the record holds
-//! arrays it made, and everything shares the arena. Instead, the instructions that make
+//! **Forward passes.** A forward pass returns the record its reverse pass reads and
+//! pushes what its loops' reverse reads, so a recursive one could give back nothing of
+//! what it made, nor a loop that pushes an array: the record holds arrays it made, and
+//! everything shares the arena. Instead, the instructions that make
 //! what its result may hold are marked `tape` (`InstData::in_tape`): both engines take
 //! their memory from the call's tape region, which no release gives back. What the
 //! result may hold is found backwards from each returned value, and from each value
@@ -57,12 +60,15 @@
 //! - every call whose result it may hold is of a forward pass marked so too.
 //!
 //! The forward passes marked so are the largest set closed under the last condition,
-//! restricted to the recursive ones and those whose results theirs hold. In a marked
-//! pass, pushes and reservations keep no arena memory, so its loops and blocks may
-//! give theirs back by the rules above. Only forward passes are marked: the record lives
-//! until the reverse pass has run anyway, while a primal's result may be dropped by a
-//! loop of its caller that gives back its iterations' memory, which memory in the tape
-//! region would outlive.
+//! restricted to those that would still make an array in the arena and either recurse
+//! or push arrays or records (the record of a helper called in a loop) onto their
+//! stacks, and those whose results theirs hold. In a marked pass, pushes and
+//! reservations keep no arena memory, so its loops and blocks may give theirs back by
+//! the rules above: a loop that pushes what its reverse needs gives back the rest of
+//! each iteration. Only forward passes are marked: the record lives until the reverse
+//! pass has run anyway, while a primal's result may be dropped by a loop of its caller
+//! that gives back its iterations' memory, which memory in the tape region would
+//! outlive.
 //!
 //! A block on a cycle of the control flow that no such loop covers (the reverse of a
 //! loop left by a `break` or `return` is entered in its middle by the early exit's
@@ -77,7 +83,7 @@
 use crate::callgraph::CallGraph;
 use crate::cfg::ControlFlow;
 use crate::entity::EntityRef;
-use crate::{Block, Function, Inst, Module, Op, Terminator, TypeTable, Value, ValueDef};
+use crate::{Block, Function, Inst, Module, Op, Terminator, TypeId, TypeTable, Value, ValueDef};
 
 /// What each function of a module may do that matters to a loop calling it.
 pub struct Escapes {
@@ -97,6 +103,10 @@ pub struct Escapes {
     tape_results: std::collections::HashSet<String>,
     /// The same, by function.
     tape_result: Vec<bool>,
+    /// The shapes of the results of recursive functions that are made of scalars alone
+    /// (tuples and immutable structs), by type: a call reads one out before it releases
+    /// its memory, and makes it again after.
+    value_shapes: std::collections::HashMap<TypeId, Shape>,
 }
 
 impl Escapes {
@@ -151,7 +161,15 @@ impl Escapes {
             .filter(|&(id, _)| is_recursive[id.index()])
             .map(|(_, f)| f.name.clone())
             .collect();
-        Escapes { keeps, makes_arrays, recursive, stores_given, tape_results, tape_result }
+        let mut value_shapes = std::collections::HashMap::new();
+        for (id, f) in module.funcs.iter() {
+            if let Some(t) = f.ret.filter(|&t| is_recursive[id.index()] && !is_scalar(t)) {
+                if let Some(shape) = shape_of(&module.types, t, &mut MAX_COPIED_SCALARS.clone()) {
+                    value_shapes.insert(t, shape);
+                }
+            }
+        }
+        Escapes { keeps, makes_arrays, recursive, stores_given, tape_results, tape_result, value_shapes }
     }
 
     fn call_keeps(&self, op: &Op) -> bool {
@@ -300,10 +318,12 @@ fn held_by_result(f: &Function) -> Held {
     Held { values, callees }
 }
 
-/// The forward passes whose results are made in the tape region: each recursive one
-/// that qualifies and, so marked, would still make an array in the arena (else no call
-/// would give anything back, and marking costs a little), and every forward pass whose
-/// result one of those holds. A forward pass qualifies when it stores nothing into a
+/// The forward passes whose results are made in the tape region: each one that
+/// qualifies, would still make an array in the arena so marked (else nothing would be
+/// given back, and marking costs a little), and either recurses (each call gives back
+/// the rest as it returns) or pushes arrays or records onto its stacks (its loops may
+/// then give back their iterations' rest); and every forward pass whose result one of
+/// those holds. A forward pass qualifies when it stores nothing into a
 /// reference or mutable struct, marks no arena, calls nothing that stores into memory it
 /// was given, and every function whose result its own may hold qualifies too (the
 /// largest such set).
@@ -360,7 +380,18 @@ fn tape_results(
     // From the recursive ones that would give back arena memory as each call returns,
     // every forward pass whose result theirs may hold.
     let mut chosen = vec![false; n];
-    let mut work: Vec<usize> = (0..n).filter(|&c| ok[c] && is_recursive[c] && makes_in_arena[c]).collect();
+    let pushes_arrays: Vec<bool> = module
+        .funcs
+        .values()
+        .map(|f| {
+            f.insts.values().any(|d| {
+                matches!(d.op, Op::StackPush | Op::StackPut)
+                    && d.args.iter().skip(1).any(|&v| !is_scalar(f.value_type(v)))
+            })
+        })
+        .collect();
+    let mut work: Vec<usize> =
+        (0..n).filter(|&c| ok[c] && makes_in_arena[c] && (is_recursive[c] || pushes_arrays[c])).collect();
     while let Some(c) = work.pop() {
         if !std::mem::replace(&mut chosen[c], true) {
             work.extend(callees[c].iter().copied());
@@ -457,6 +488,10 @@ pub fn for_engines(f: &Function, escapes: &Escapes) -> Option<Function> {
         let mark = mark_at_top(&mut out, entry, span);
         for (b, at) in returns {
             let span = out.blocks[b].term_span;
+            if at == COPY_OUT {
+                copy_out(&mut out, b, mark, &escapes.value_shapes);
+                continue;
+            }
             out.push_inst(b, Op::ArenaRelease, vec![mark], None, span);
             if let Some(inst) = out.blocks[b].insts.pop() {
                 out.blocks[b].insts.insert(at, inst);
@@ -480,6 +515,101 @@ pub fn for_engines(f: &Function, escapes: &Escapes) -> Option<Function> {
         }
     }
     Some(out)
+}
+
+/// Where a return releases by reading its value out and making it again (see
+/// [`copy_out`]), in place of a position in its block.
+const COPY_OUT: usize = usize::MAX;
+
+/// How a value-identified value is made of scalars: tuples and immutable structs, down to
+/// their scalar fields.
+#[derive(Clone, Debug)]
+enum Shape {
+    Scalar,
+    Tuple(Vec<(TypeId, Shape)>),
+    Struct(crate::StructId, Vec<(TypeId, Shape)>),
+}
+
+/// The most scalars a returned value may be read out into.
+const MAX_COPIED_SCALARS: usize = 64;
+
+/// The shape of a value of type `t` made of scalars alone, if it is one (and has at most
+/// `*budget` scalars, which it takes from).
+fn shape_of(types: &TypeTable, t: TypeId, budget: &mut usize) -> Option<Shape> {
+    let fields = |ts: &[TypeId], budget: &mut usize| -> Option<Vec<(TypeId, Shape)>> {
+        ts.iter().map(|&ft| Some((ft, shape_of(types, ft, budget)?))).collect()
+    };
+    match types.try_get(t)? {
+        crate::Type::Scalar(_) => {
+            *budget = budget.checked_sub(1)?;
+            Some(Shape::Scalar)
+        }
+        crate::Type::Tuple(items) => Some(Shape::Tuple(fields(items, budget)?)),
+        crate::Type::Struct(sid) => {
+            let def = types.struct_def(*sid);
+            if def.mutable {
+                return None;
+            }
+            let ts: Vec<TypeId> = def.fields.iter().map(|f| f.1).collect();
+            Some(Shape::Struct(*sid, fields(&ts, budget)?))
+        }
+        _ => None,
+    }
+}
+
+/// Ends returning block `b` with a release to `mark` that keeps its value: the scalars
+/// of the returned value are read out, the memory released, and the value made again
+/// from them, which is returned instead.
+fn copy_out(out: &mut Function, b: Block, mark: Value, shapes: &std::collections::HashMap<TypeId, Shape>) {
+    fn read(
+        out: &mut Function,
+        b: Block,
+        v: Value,
+        shape: &Shape,
+        span: crate::Span,
+        leaves: &mut Vec<Value>,
+    ) {
+        let (fields, sid) = match shape {
+            Shape::Scalar => return leaves.push(v),
+            Shape::Tuple(fields) => (fields, None),
+            Shape::Struct(sid, fields) => (fields, Some(*sid)),
+        };
+        for (k, (ft, fs)) in fields.iter().enumerate() {
+            let op = match sid {
+                Some(sid) => Op::StructGet(sid, k as u32),
+                None => Op::TupleGet(k as u32),
+            };
+            let x = out.push_value(b, op, vec![v], *ft, span);
+            read(out, b, x, fs, span, leaves);
+        }
+    }
+    fn build(
+        out: &mut Function,
+        b: Block,
+        t: TypeId,
+        shape: &Shape,
+        span: crate::Span,
+        leaves: &mut std::vec::IntoIter<Value>,
+    ) -> Option<Value> {
+        let (fields, op) = match shape {
+            Shape::Scalar => return leaves.next(),
+            Shape::Tuple(fields) => (fields, Op::TupleNew),
+            Shape::Struct(sid, fields) => (fields, Op::StructNew(*sid)),
+        };
+        let args: Option<Vec<Value>> =
+            fields.iter().map(|(ft, fs)| build(out, b, *ft, fs, span, leaves)).collect();
+        Some(out.push_value(b, op, args?, t, span))
+    }
+    let span = out.blocks[b].term_span;
+    let Terminator::Return(Some(v)) = out.blocks[b].term else { return };
+    let t = out.value_type(v);
+    let Some(shape) = shapes.get(&t) else { return };
+    let mut leaves = Vec::new();
+    read(out, b, v, shape, span, &mut leaves);
+    out.push_inst(b, Op::ArenaRelease, vec![mark], None, span);
+    if let Some(w) = build(out, b, t, shape, span, &mut leaves.into_iter()) {
+        out.set_terminator(b, Terminator::Return(Some(w)), span);
+    }
 }
 
 /// An `arena.mark` taken first thing in `block`.
@@ -541,14 +671,24 @@ fn plan_call(
             Some(v) if is_scalar(f.value_type(v)) || held.is_some() => data.insts.len(),
             Some(v) => {
                 // A tuple of scalars built last in the block: released before it, so that
-                // it is built after the release (it may be allocated).
-                let ValueDef::Inst(i) = f.values[v].def else { return None };
-                let d = &f.insts[i];
-                let scalars = d.args.iter().all(|&a| is_scalar(f.value_type(a)));
-                if !matches!(d.op, Op::TupleNew) || !scalars || data.insts.last() != Some(&i) {
+                // it is built after the release (it may be allocated). Another value made
+                // of scalars is read out before the release and made again after it.
+                let built_last = match f.values[v].def {
+                    ValueDef::Inst(i) => {
+                        let d = &f.insts[i];
+                        matches!(d.op, Op::TupleNew)
+                            && d.args.iter().all(|&a| is_scalar(f.value_type(a)))
+                            && data.insts.last() == Some(&i)
+                    }
+                    ValueDef::Param(..) => false,
+                };
+                if built_last {
+                    data.insts.len() - 1
+                } else if escapes.value_shapes.contains_key(&f.value_type(v)) {
+                    COPY_OUT
+                } else {
                     return None;
                 }
-                data.insts.len() - 1
             }
         };
         returns.push((b, at));
@@ -951,5 +1091,16 @@ mod tests {
         // Its result may be kept by a loop that gives back its iterations' arena memory,
         // which the tape region would outlive: it is left as it is.
         assert_eq!(releases(&recursive_with_record("g"), 0), None);
+    }
+
+    #[test]
+    fn a_recursive_call_returning_scalars_in_tuples_reads_them_out_and_releases() {
+        let text = "fn @g(%x_0: f64, %n_1: i64) -> (f64, (f64, i64)) {\nbb0:\n    %z_2: i64 = iconst 0\n    %c_3: bool = icmp le %n_1, %z_2\n    br %c_3, bb1, bb2\nbb1:\n    %i_4: (f64, i64) = tuple.new %x_0, %n_1\n    %r_5: (f64, (f64, i64)) = tuple.new %x_0, %i_4\n    ret %r_5\nbb2:\n    %one_6: i64 = iconst 1\n    %m_7: i64 = isub %n_1, %one_6\n    %k_8: i64 = iconst 100\n    %t_9: f64[] = array.fill %x_0, %k_8\n    %e_10: f64 = array.sum %t_9\n    %q_11: (f64, (f64, i64)) = call @g(%e_10, %m_7)\n    ret %q_11\n}\n";
+        let out = releases(text, 0).expect("reclaimed");
+        // Each return reads its three scalars out, releases, and builds the value again.
+        assert_eq!(out.matches("arena.release").count(), 2, "{out}");
+        let tail = &out[out.rfind("arena.release").expect("a release")..];
+        assert_eq!(tail.matches("tuple.new").count(), 2, "{out}");
+        assert!(tail.contains("ret %"), "{out}");
     }
 }
