@@ -361,3 +361,17 @@ tangent = [1.0, 0.5, -1.0, 0.25]
 print("recursion_returning_values", json.dumps({
     "value": value, "tangent": sum(g * t for g, t in zip(grad, tangent)),
     "args_tangent": [1.0, [0.5, -1.0, 0.25], None]}))
+
+
+def carried_state_in_loops(v, n):
+    x, w = v[0], v[1:4]
+    st = (x, 0.0)
+    q = (w[0], 1.0)
+    for i in range(n):
+        t = x * w[i % 3]  # t = fill(x * w[i % 3], 10000)
+        st = (0.9 * sin(st[0]) + 0.1 * t, st[1] + st[0] * w[1])
+        q = (q[0] * 0.5 + st[0] * w[2], q[1] * 0.99 + t * 0.001)
+    return st[0] + st[1] * 0.01 + q[0] + q[1]
+
+
+print_loop_case(carried_state_in_loops)

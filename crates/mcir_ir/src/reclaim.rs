@@ -14,7 +14,10 @@
 //!
 //! - the values the back edges pass to the header's parameters are scalars, values made
 //!   before the loop, or the header's own parameters (which, by induction, hold values
-//!   made before the loop);
+//!   made before the loop); a value made of scalars alone (a tuple or immutable struct of
+//!   state) is passed as its scalars instead, through parameters the header gains, and
+//!   made again at the top of the header, where the iteration's mark is then taken
+//!   first (`split_carried`);
 //! - a value made in the loop that is used outside it comes from the iteration that left
 //!   the loop (its definition dominates the use), which passed no back edge and so no
 //!   release. An edge that leaves the loop from its body (a `break`) releases too, in a
@@ -103,6 +106,8 @@ pub struct Escapes {
     tape_results: std::collections::HashSet<String>,
     /// The same, by function.
     tape_result: Vec<bool>,
+    /// The module's types, for the shapes of values made of scalars.
+    types: TypeTable,
     /// The shapes of the results of recursive functions that are made of scalars alone
     /// (tuples and immutable structs), by type: a call reads one out before it releases
     /// its memory, and makes it again after.
@@ -169,11 +174,25 @@ impl Escapes {
                 }
             }
         }
-        Escapes { keeps, makes_arrays, recursive, stores_given, tape_results, tape_result, value_shapes }
+        Escapes {
+            keeps,
+            makes_arrays,
+            recursive,
+            stores_given,
+            tape_results,
+            tape_result,
+            types: module.types.clone(),
+            value_shapes,
+        }
     }
 
     fn call_keeps(&self, op: &Op) -> bool {
         matches!(op, Op::Call(g) if self.keeps.get(g.index()).copied().unwrap_or(true))
+    }
+
+    /// The shape of a value of type `t` if it is made of scalars alone.
+    fn shape(&self, t: TypeId) -> Option<Shape> {
+        shape_of(&self.types, t, &mut MAX_COPIED_SCALARS.clone())
     }
 
     /// Whether `f` is a forward pass whose result is made in the tape region.
@@ -499,6 +518,9 @@ pub fn for_engines(f: &Function, escapes: &Escapes) -> Option<Function> {
         }
     }
     for plan in plans {
+        for &k in &plan.split {
+            split_carried(&mut out, plan.header, k, &plan.latches, escapes);
+        }
         let span = out.blocks[plan.mark_block].term_span;
         let mark = mark_at_top(&mut out, plan.mark_block, span);
         for latch in plan.latches {
@@ -561,54 +583,139 @@ fn shape_of(types: &TypeTable, t: TypeId, budget: &mut usize) -> Option<Shape> {
 /// of the returned value are read out, the memory released, and the value made again
 /// from them, which is returned instead.
 fn copy_out(out: &mut Function, b: Block, mark: Value, shapes: &std::collections::HashMap<TypeId, Shape>) {
-    fn read(
-        out: &mut Function,
-        b: Block,
-        v: Value,
-        shape: &Shape,
-        span: crate::Span,
-        leaves: &mut Vec<Value>,
-    ) {
-        let (fields, sid) = match shape {
-            Shape::Scalar => return leaves.push(v),
-            Shape::Tuple(fields) => (fields, None),
-            Shape::Struct(sid, fields) => (fields, Some(*sid)),
-        };
-        for (k, (ft, fs)) in fields.iter().enumerate() {
-            let op = match sid {
-                Some(sid) => Op::StructGet(sid, k as u32),
-                None => Op::TupleGet(k as u32),
-            };
-            let x = out.push_value(b, op, vec![v], *ft, span);
-            read(out, b, x, fs, span, leaves);
-        }
-    }
-    fn build(
-        out: &mut Function,
-        b: Block,
-        t: TypeId,
-        shape: &Shape,
-        span: crate::Span,
-        leaves: &mut std::vec::IntoIter<Value>,
-    ) -> Option<Value> {
-        let (fields, op) = match shape {
-            Shape::Scalar => return leaves.next(),
-            Shape::Tuple(fields) => (fields, Op::TupleNew),
-            Shape::Struct(sid, fields) => (fields, Op::StructNew(*sid)),
-        };
-        let args: Option<Vec<Value>> =
-            fields.iter().map(|(ft, fs)| build(out, b, *ft, fs, span, leaves)).collect();
-        Some(out.push_value(b, op, args?, t, span))
-    }
     let span = out.blocks[b].term_span;
     let Terminator::Return(Some(v)) = out.blocks[b].term else { return };
     let t = out.value_type(v);
     let Some(shape) = shapes.get(&t) else { return };
     let mut leaves = Vec::new();
-    read(out, b, v, shape, span, &mut leaves);
+    read_scalars(out, b, v, shape, span, &mut leaves);
     out.push_inst(b, Op::ArenaRelease, vec![mark], None, span);
-    if let Some(w) = build(out, b, t, shape, span, &mut leaves.into_iter()) {
+    if let Some(w) = build_from_scalars(out, b, t, shape, span, &mut leaves.into_iter()) {
         out.set_terminator(b, Terminator::Return(Some(w)), span);
+    }
+}
+
+/// Reads the scalars of `v`, of the given shape, at the end of block `b`, in order.
+fn read_scalars(
+    out: &mut Function,
+    b: Block,
+    v: Value,
+    shape: &Shape,
+    span: crate::Span,
+    leaves: &mut Vec<Value>,
+) {
+    let (fields, sid) = match shape {
+        Shape::Scalar => return leaves.push(v),
+        Shape::Tuple(fields) => (fields, None),
+        Shape::Struct(sid, fields) => (fields, Some(*sid)),
+    };
+    for (k, (ft, fs)) in fields.iter().enumerate() {
+        let op = match sid {
+            Some(sid) => Op::StructGet(sid, k as u32),
+            None => Op::TupleGet(k as u32),
+        };
+        let x = out.push_value(b, op, vec![v], *ft, span);
+        read_scalars(out, b, x, fs, span, leaves);
+    }
+}
+
+/// Makes a value of type `t` and the given shape from `leaves`, at the end of block `b`.
+fn build_from_scalars(
+    out: &mut Function,
+    b: Block,
+    t: TypeId,
+    shape: &Shape,
+    span: crate::Span,
+    leaves: &mut std::vec::IntoIter<Value>,
+) -> Option<Value> {
+    let (fields, op) = match shape {
+        Shape::Scalar => return leaves.next(),
+        Shape::Tuple(fields) => (fields, Op::TupleNew),
+        Shape::Struct(sid, fields) => (fields, Op::StructNew(*sid)),
+    };
+    let args: Option<Vec<Value>> =
+        fields.iter().map(|(ft, fs)| build_from_scalars(out, b, *ft, fs, span, leaves)).collect();
+    Some(out.push_value(b, op, args?, t, span))
+}
+
+/// The scalar types of a shape's leaves, in order.
+fn scalar_types(t: TypeId, shape: &Shape, out: &mut Vec<TypeId>) {
+    match shape {
+        Shape::Scalar => out.push(t),
+        Shape::Tuple(fields) | Shape::Struct(_, fields) => {
+            for (ft, fs) in fields {
+                scalar_types(*ft, fs, out);
+            }
+        }
+    }
+}
+
+/// Splits parameter `k` of loop header `h`, which carries a value made of scalars, into
+/// one parameter per scalar: every edge into `h` passes the scalars of what it passed
+/// (a back edge passes the parameter itself in its old place, which then only ever
+/// holds the value from before the loop), and the value is made again at the top of
+/// `h`, where the iteration's mark is then taken first, and used in place of the
+/// parameter. So nothing made in an iteration is carried to the next.
+fn split_carried(out: &mut Function, h: Block, k: usize, latches: &[Block], escapes: &Escapes) {
+    let Some(&p) = out.blocks[h].params.get(k) else { return };
+    let t = out.value_type(p);
+    let Some(shape) = escapes.shape(t) else { return };
+    let span = out.blocks[h].term_span;
+    let mut types = Vec::new();
+    scalar_types(t, &shape, &mut types);
+    let params: Vec<Value> = types.iter().map(|&st| out.add_block_param(h, st, None)).collect();
+    let preds: Vec<Block> = out
+        .blocks
+        .iter()
+        .filter(|(_, d)| d.term.successors().any(|c| c.block == h))
+        .map(|(b, _)| b)
+        .collect();
+    for b in preds {
+        let edges = out.blocks[b].term.successors().count();
+        for s in 0..edges {
+            let passed = match out.blocks[b].term.successors().nth(s) {
+                Some(c) if c.block == h => c.args.get(k).copied(),
+                _ => None,
+            };
+            let Some(a) = passed else { continue };
+            let mut leaves = Vec::new();
+            read_scalars(out, b, a, &shape, span, &mut leaves);
+            if let Some(c) = out.blocks[b].term.successors_mut().nth(s) {
+                c.args.extend(leaves);
+                if latches.contains(&b) {
+                    c.args[k] = p;
+                }
+            }
+        }
+    }
+    let before = out.blocks[h].insts.len();
+    let Some(remade) = build_from_scalars(out, h, t, &shape, span, &mut params.into_iter()) else { return };
+    let made: Vec<Inst> = out.blocks[h].insts.drain(before..).collect();
+    out.blocks[h].insts.splice(0..0, made);
+    // Every other use of the parameter reads the value made again.
+    for d in out.insts.values_mut() {
+        if d.result != Some(remade) {
+            for a in d.args.iter_mut().filter(|a| **a == p) {
+                *a = remade;
+            }
+        }
+    }
+    let blocks: Vec<Block> = out.blocks.keys().collect();
+    for b in blocks {
+        let latch = latches.contains(&b);
+        let term = &mut out.blocks[b].term;
+        if let Terminator::Return(Some(v)) = term {
+            if *v == p {
+                *v = remade;
+            }
+        }
+        for c in term.successors_mut() {
+            for (j, a) in c.args.iter_mut().enumerate() {
+                if *a == p && !(latch && c.block == h && j == k) {
+                    *a = remade;
+                }
+            }
+        }
     }
 }
 
@@ -778,6 +885,10 @@ fn block_scopes(
 
 /// Where a loop takes its mark, and the blocks that release it.
 struct Plan {
+    header: Block,
+    /// The header's parameters that carry a value made of scalars from one iteration to
+    /// the next: split into scalar parameters (see [`split_carried`]).
+    split: Vec<usize>,
     mark_block: Block,
     latches: Vec<Block>,
     /// The edges (block, successor) that leave the loop from its body and release too.
@@ -815,16 +926,22 @@ fn plan_loop(
     }
     // Each latch ends in a jump to the header (a branch would release on its other
     // edge too), whose arguments made in the loop are scalars or the header's own.
+    // A value made of scalars alone (a tuple or struct of state) is passed on as its
+    // scalars instead.
+    let mut split: Vec<usize> = Vec::new();
     for &l in latches {
         let Terminator::Jump(call) = &f.blocks[l].term else { return None };
         if call.block != h {
             return None;
         }
-        for (&a, &p) in call.args.iter().zip(&f.blocks[h].params) {
+        for (k, (&a, &p)) in call.args.iter().zip(&f.blocks[h].params).enumerate() {
             if is_scalar(f.value_type(p)) || !in_body(def_block(a)) || f.blocks[h].params.contains(&a) {
                 continue;
             }
-            return None;
+            escapes.shape(f.value_type(p))?;
+            if !split.contains(&k) {
+                split.push(k);
+            }
         }
     }
     // A value made in the body may be used outside the loop: its definition dominates
@@ -869,7 +986,8 @@ fn plan_loop(
         .iter()
         .any(|&i: &Inst| makes_arena_array(&f.insts[i]) || escapes.call_makes_arrays(&f.insts[i].op));
     let mark_block = match inside.as_slice() {
-        [s] if *s != h
+        [s] if split.is_empty()
+            && *s != h
             && !header_makes
             && cfg.preds[s.index()].len() == 1
             && latches.iter().all(|&l| cfg.dominates(*s, l)) =>
@@ -885,7 +1003,7 @@ fn plan_loop(
     if !releases_exits {
         exits.clear();
     }
-    Some(Plan { mark_block, latches: latches.to_vec(), exits, all_given_back })
+    Some(Plan { header: h, split, mark_block, latches: latches.to_vec(), exits, all_given_back })
 }
 
 #[cfg(test)]
@@ -1102,5 +1220,28 @@ mod tests {
         let tail = &out[out.rfind("arena.release").expect("a release")..];
         assert_eq!(tail.matches("tuple.new").count(), 2, "{out}");
         assert!(tail.contains("ret %"), "{out}");
+    }
+
+    #[test]
+    fn a_tuple_of_state_goes_to_the_next_iteration_as_its_scalars() {
+        let text = counted(
+            "(f64, f64)",
+            "%s0_6: (f64, f64) = tuple.new %x_0, %x_0",
+            "    %k_20: i64 = iconst 100\n    %a_21: f64[] = array.fill %x_0, %k_20\n    %e_22: f64 = array.sum %a_21\n    %u_23: f64 = tuple.get 0 %s_4\n    %v_24: f64 = fadd %u_23, %e_22\n    %s_9: (f64, f64) = tuple.new %v_24, %u_23",
+            "",
+        );
+        let out = releases(&text, 0).expect("reclaimed");
+        // The header gains a parameter per scalar, takes its mark first and makes the
+        // tuple again after it; the back edge passes the scalars and releases.
+        let header = &out[out.find("\nbb1(").expect("bb1")..out.find("\nbb2:").expect("bb2")];
+        assert!(header.contains(": f64, %") && header.contains("arena.mark\n"), "{out}");
+        let after_mark = &header[header.find("arena.mark").expect("mark")..];
+        assert!(after_mark.contains("tuple.new"), "{out}");
+        assert!(out.contains("arena.release"), "{out}");
+        // Both edges into the header pass four values: the counter, the tuple's old
+        // place, and its two scalars.
+        for jump in out.lines().filter(|l| l.trim_start().starts_with("jump bb1(")) {
+            assert_eq!(jump.matches(',').count(), 3, "{out}");
+        }
     }
 }
