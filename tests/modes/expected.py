@@ -282,7 +282,7 @@ def tree_recursion(v, n):
     x, w = v[0], v[1:4]
     if n == 0:
         return sin(x) * w[0]
-    # a = fill(0, 10000) with a[i] = (i * n) % 13, read at n * 7.
+    # a = fill(0, 1000) with a[i] = (i * n) % 13, read at n * 7.
     c = ((n * 7 * n) % 13) * 0.01
     return (tree_recursion([x * 0.9 + w[1] * 0.1] + w, n - 1) * 0.5
             + tree_recursion([x * c + 0.2] + w, n - 1) * 0.25 + x * w[1])
