@@ -106,12 +106,10 @@ pub struct Escapes {
     tape_results: std::collections::HashSet<String>,
     /// The same, by function.
     tape_result: Vec<bool>,
-    /// The module's types, for the shapes of values made of scalars.
+    /// The module's types, for the shapes of values made of scalars alone (tuples and
+    /// immutable structs of them), which a release keeps by reading them out before it
+    /// and making them again after.
     types: TypeTable,
-    /// The shapes of the results of recursive functions that are made of scalars alone
-    /// (tuples and immutable structs), by type: a call reads one out before it releases
-    /// its memory, and makes it again after.
-    value_shapes: std::collections::HashMap<TypeId, Shape>,
 }
 
 impl Escapes {
@@ -140,15 +138,16 @@ impl Escapes {
         let mut stores_given: Vec<bool> = module.funcs.values().map(stores_into_given).collect();
         spread(&mut stores_given);
         let is_recursive: Vec<bool> = module.funcs.keys().map(|id| graph.is_recursive(id)).collect();
-        let tape_result = tape_results(module, &stores_given, &is_recursive, &spread);
+        let held = tape_results(module, &stores_given, &is_recursive, &spread);
+        let tape_result: Vec<bool> = held.iter().map(Option::is_some).collect();
         let mut keeps = vec![false; n];
         let mut makes_arrays = vec![false; n];
         for (id, f) in module.funcs.iter() {
             // What a forward pass's result holds is made in the tape region, not the arena.
-            let held = tape_result[id.index()].then(|| held_by_result(f).values);
+            let held = held[id.index()].as_ref();
             for d in f.insts.values() {
                 keeps[id.index()] |= keeps_memory(f, &d.op, &d.args);
-                let in_tape = d.result.is_some_and(|r| held.as_ref().is_some_and(|h| h[r.index()]));
+                let in_tape = d.result.is_some_and(|r| held.is_some_and(|h| h.values[r.index()]));
                 makes_arrays[id.index()] |= makes_array(&d.op) && !in_tape;
             }
         }
@@ -166,14 +165,6 @@ impl Escapes {
             .filter(|&(id, _)| is_recursive[id.index()])
             .map(|(_, f)| f.name.clone())
             .collect();
-        let mut value_shapes = std::collections::HashMap::new();
-        for (id, f) in module.funcs.iter() {
-            if let Some(t) = f.ret.filter(|&t| is_recursive[id.index()] && !is_scalar(t)) {
-                if let Some(shape) = shape_of(&module.types, t, &mut MAX_COPIED_SCALARS.clone()) {
-                    value_shapes.insert(t, shape);
-                }
-            }
-        }
         Escapes {
             keeps,
             makes_arrays,
@@ -182,7 +173,6 @@ impl Escapes {
             tape_results,
             tape_result,
             types: module.types.clone(),
-            value_shapes,
         }
     }
 
@@ -192,7 +182,7 @@ impl Escapes {
 
     /// The shape of a value of type `t` if it is made of scalars alone.
     fn shape(&self, t: TypeId) -> Option<Shape> {
-        shape_of(&self.types, t, &mut MAX_COPIED_SCALARS.clone())
+        shape_of(&self.types, t, &mut { MAX_COPIED_SCALARS })
     }
 
     /// Whether `f` is a forward pass whose result is made in the tape region.
@@ -337,7 +327,8 @@ fn held_by_result(f: &Function) -> Held {
     Held { values, callees }
 }
 
-/// The forward passes whose results are made in the tape region: each one that
+/// What the results of the forward passes made in the tape region may hold (`None` for
+/// every other function). Those passes are each one that
 /// qualifies, would still make an array in the arena so marked (else nothing would be
 /// given back, and marking costs a little), and either recurses (each call gives back
 /// the rest as it returns) or pushes arrays or records onto its stacks (its loops may
@@ -351,10 +342,11 @@ fn tape_results(
     stores_given: &[bool],
     is_recursive: &[bool],
     spread: &dyn Fn(&mut Vec<bool>),
-) -> Vec<bool> {
+) -> Vec<Option<Held>> {
     let n = module.funcs.len();
     let mut callees: Vec<Vec<usize>> = vec![Vec::new(); n];
     let mut ok = vec![false; n];
+    let mut helds: Vec<Option<Held>> = Vec::with_capacity(n);
     // Whether a call may leave an array in the arena, were the forward passes that
     // qualify marked: only then does one gain from being marked.
     let mut makes_in_arena = vec![false; n];
@@ -372,10 +364,11 @@ fn tape_results(
                 makes_in_arena[id.index()] |= makes_array(&d.op) && !in_tape;
             }
         }
-        if let Some(held) = held {
+        if let Some(held) = &held {
             ok[id.index()] = true;
             callees[id.index()] = held.callees.iter().map(|g| g.index()).collect();
         }
+        helds.push(held);
     }
     spread(&mut makes_in_arena);
     // The largest set closed under "holds only results of the set": drop a function that
@@ -416,7 +409,7 @@ fn tape_results(
             work.extend(callees[c].iter().copied());
         }
     }
-    chosen
+    helds.into_iter().zip(chosen).map(|(held, chosen)| held.filter(|_| chosen)).collect()
 }
 
 /// Whether an instruction makes an array in the arena (not in the tape region).
@@ -508,7 +501,7 @@ pub fn for_engines(f: &Function, escapes: &Escapes) -> Option<Function> {
         for (b, at) in returns {
             let span = out.blocks[b].term_span;
             if at == COPY_OUT {
-                copy_out(&mut out, b, mark, &escapes.value_shapes);
+                copy_out(&mut out, b, mark, escapes);
                 continue;
             }
             out.push_inst(b, Op::ArenaRelease, vec![mark], None, span);
@@ -582,11 +575,12 @@ fn shape_of(types: &TypeTable, t: TypeId, budget: &mut usize) -> Option<Shape> {
 /// Ends returning block `b` with a release to `mark` that keeps its value: the scalars
 /// of the returned value are read out, the memory released, and the value made again
 /// from them, which is returned instead.
-fn copy_out(out: &mut Function, b: Block, mark: Value, shapes: &std::collections::HashMap<TypeId, Shape>) {
+fn copy_out(out: &mut Function, b: Block, mark: Value, escapes: &Escapes) {
     let span = out.blocks[b].term_span;
     let Terminator::Return(Some(v)) = out.blocks[b].term else { return };
     let t = out.value_type(v);
-    let Some(shape) = shapes.get(&t) else { return };
+    let Some(shape) = escapes.shape(t) else { return };
+    let shape = &shape;
     let mut leaves = Vec::new();
     read_scalars(out, b, v, shape, span, &mut leaves);
     out.push_inst(b, Op::ArenaRelease, vec![mark], None, span);
@@ -791,7 +785,7 @@ fn plan_call(
                 };
                 if built_last {
                     data.insts.len() - 1
-                } else if escapes.value_shapes.contains_key(&f.value_type(v)) {
+                } else if escapes.shape(f.value_type(v)).is_some() {
                     COPY_OUT
                 } else {
                     return None;
