@@ -183,7 +183,7 @@ impl Gen<'_, '_> {
     fn statement(&mut self, scope: &mut Scope, indent: usize) {
         let nested = scope.depth < 2;
         let e = |g: &mut Self, s: &Scope| g.real(s, 2);
-        match self.src.below(46) {
+        match self.src.below(47) {
             0 | 1 => {
                 let v = self.name("t");
                 let value = e(self, scope);
@@ -602,6 +602,22 @@ impl Gen<'_, '_> {
                 }
                 self.line(indent, "}");
             }
+            46 if nested => {
+                // Particles moved in place by a helper writing an array, rows two at a
+                // time in vectors: on fresh arrays, on `m` itself, or on one array
+                // passed twice (which runs one row at a time).
+                let (p, q) = (self.name("p"), self.name("q"));
+                let value = e(self, scope);
+                let k = scope.small_ints[self.src.below(scope.small_ints.len())].clone();
+                self.line(indent, &format!("let {p} = copy(m) * tanh({value});"));
+                self.line(indent, &format!("let {q} = copy(m) * 0.5;"));
+                let (a, b) = match self.src.below(4) {
+                    0 => (p.as_str(), "m"),
+                    1 => (p.as_str(), p.as_str()),
+                    _ => (p.as_str(), q.as_str()),
+                };
+                self.line(indent, &format!("acc += 0.1 * drift({a}, {b}, {k} % 3 + 1) + sum({q}) * 0.01;"));
+            }
             41 => {
                 // A helper with a branch and a loop, called once.
                 let value = e(self, scope);
@@ -722,6 +738,32 @@ fn into_pair(z: f64, out: f64[]) {
     } else {
         out[1] = cos(z);
     }
+}
+
+// The pull on a particle at (px, py), written into the array it is given.
+fn pull(px: f64, py: f64, out: f64[]) {
+    let r2 = px * px + py * py + 0.5;
+    let inv = 1.0 / (r2 * sqrt(r2));
+    out[0] = -px * inv;
+    out[1] = -py * inv;
+}
+
+// Moves the rows of `p` as particles with velocities `q`, in place, through a helper
+// writing an array: native code runs two rows at a time in vectors, reading `p[i, 0]`
+// again from its lanes after the store into `q`, unless `p` and `q` are one array. The
+// kink of `abs` lies away from the inputs' grid.
+fn drift(p: f64[,], q: f64[,], steps: i64) -> f64 {
+    let f = zeros(2);
+    for t in 0..steps {
+        for i in 0..size(p, 0) {
+            pull(p[i, 0], p[i, 1], f);
+            q[i, 0] += 0.1 * f[0];
+            q[i, 1] += 0.1 * f[1];
+            p[i, 0] += 0.1 * q[i, 0];
+            p[i, 1] -= 0.1 * q[i, 1] / (1.0 + abs(p[i, 0] - 0.3137));
+        }
+    }
+    return sum(p * p) * 0.1 + sum(q) * 0.1;
 }
 
 // Never returns (`while true` without a `break`); called only where it is not reached.

@@ -994,7 +994,7 @@ impl FnLower<'_, '_> {
                 self.b.switch_to_block(vloop);
                 self.poll_every(vcounter, site, 1023 & !(u.factor - 1), true);
                 let carried = pairs.sums.iter().zip(&vsums).map(|(&k, &v)| (params[k], v)).collect();
-                let (c, lanes_in) = self.pair_copies(h, u, vcounter, carried, &pairs.sums)?;
+                let (c, lanes_in) = self.pair_copies(h, u, vcounter, carried, &pairs.sums, pairs.forward)?;
                 let more_short = self.copies_cannot_run(u, c, &guarded, &distinct)?;
                 let mut out: Vec<cranelift_codegen::ir::BlockArg> = vec![c.into()];
                 for &k in &pairs.sums {
@@ -1010,9 +1010,9 @@ impl FnLower<'_, '_> {
                     args[k] = self.b.ins().fadd(lo, hi);
                 }
             }
-            Some(_) => {
+            Some(pairs) => {
                 // Every other header parameter goes round unchanged.
-                let (c, _) = self.pair_copies(h, u, counter, HashMap::default(), &[])?;
+                let (c, _) = self.pair_copies(h, u, counter, HashMap::default(), &[], pairs.forward)?;
                 args = params.iter().map(|&p| self.v(p)).collect::<Result<_, _>>()?;
                 args[counter_at] = c;
             }
@@ -1055,6 +1055,7 @@ impl FnLower<'_, '_> {
         mut c: CValue,
         mut carried: HashMap<Value, CValue>,
         sums: &[usize],
+        forward: bool,
     ) -> Result<(CValue, HashMap<Value, CValue>), String> {
         let f = self.f;
         let up = matches!(u.test, crate::unroll::Test::Below { .. });
@@ -1065,7 +1066,7 @@ impl FnLower<'_, '_> {
         for _ in 0..u.factor / 2 {
             self.vals[u.counter.index()] = Some(c);
             self.block_insts(h)?;
-            let lanes = self.paired_body(u.body, up, &carried)?;
+            let lanes = self.paired_body(&u, up, &carried, forward)?;
             for &k in sums {
                 let next = *lanes.get(&back.args[k]).ok_or("a sum left its lanes")?;
                 carried.insert(params[k], next);
@@ -1097,8 +1098,9 @@ impl FnLower<'_, '_> {
     /// and whether they run in vector pairs. A body that does, of up to
     /// `crate::unroll::PAIRS_FOUR_UP_TO` instructions, gets four copies instead of two:
     /// two pairs per pass halve the loop control a pass pays for, and a pair's code is
-    /// about one scalar copy's.
-    fn copy_plan(&mut self, mut u: crate::unroll::Unroll) -> CopyPlan {
+    /// about one scalar copy's. A body too long to copy unless it runs in pairs
+    /// (`pairs_only`) that does not is left as it is.
+    fn copy_plan(&mut self, mut u: crate::unroll::Unroll) -> Option<CopyPlan> {
         let f = self.f;
         let guarded = self.guarded_accesses(u);
         let saved = self.trust_guarded(&guarded);
@@ -1109,10 +1111,13 @@ impl FnLower<'_, '_> {
             .iter()
             .filter(|&&i| !matches!(f.insts[i].op, Op::IConst(_) | Op::FConst(_) | Op::BConst(_)))
             .count();
+        if pairs.is_none() && u.pairs_only {
+            return None;
+        }
         if pairs.is_some() && u.factor == 2 && work <= crate::unroll::PAIRS_FOUR_UP_TO {
             u.factor = 4;
         }
-        CopyPlan { unroll: u, guarded, pairs }
+        Some(CopyPlan { unroll: u, guarded, pairs })
     }
 
     /// Whether the next `u.factor` iterations from `counter` cannot all run as copies:
@@ -1175,7 +1180,9 @@ impl FnLower<'_, '_> {
                     let room = self.b.ins().smax(room, zero);
                     self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, lowest, room)
                 } else {
-                    let i = self.v(idx)?;
+                    // Fixed for the loop: a value from outside it, or a constant of
+                    // the body, which is not lowered yet.
+                    let i = self.index_at(u, idx, counter)?;
                     self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, i, extent)
                 };
                 short = self.b.ins().bor(short, bad);
@@ -1261,13 +1268,26 @@ impl FnLower<'_, '_> {
     /// returns the vectors of the values it computed.
     fn paired_body(
         &mut self,
-        body: mcir_ir::Block,
+        u: &crate::unroll::Unroll,
         up: bool,
         carried: &HashMap<Value, CValue>,
+        forward: bool,
     ) -> Result<HashMap<Value, CValue>, String> {
         let f = self.f;
+        let body = u.body;
         let mut lanes: HashMap<Value, CValue> = carried.clone();
+        // With `forward`, the vectors of elements accessed so far, by array and indices:
+        // every array stored into differs from every other array accessed, so a store
+        // changes only elements of its own array.
+        let mut known: Vec<(Value, &[Value], CValue)> = Vec::new();
+        // The vectors of the values the body pops, once its first pop is lowered.
+        let mut popped: HashMap<Value, CValue> = HashMap::default();
         let mut low: HashMap<Value, CValue> = HashMap::default();
+        // Two columns of a row that move together (`row_pairs`): a load's vector read
+        // with its partner's, and a store's vector waiting for its partner's.
+        let groups = crate::unroll::row_pairs(f, u, forward);
+        let mut read_early: HashMap<mcir_ir::Inst, CValue> = HashMap::default();
+        let mut waiting: Vec<(mcir_ir::Inst, CValue)> = Vec::new();
         for &inst in &f.blocks[body].insts {
             let d = &f.insts[inst];
             let vector =
@@ -1285,29 +1305,148 @@ impl FnLower<'_, '_> {
                 Op::Load | Op::TrustedLoad | Op::Store | Op::TrustedStore => {
                     let is_load = matches!(d.op, Op::Load | Op::TrustedLoad);
                     let n_idx = if is_load { d.args.len() - 1 } else { d.args.len() - 2 };
-                    let last = d.args[n_idx];
-                    let start = match low.get(&last) {
+                    // The one index that moves with the counter.
+                    let dim = (0..n_idx)
+                        .find(|&k| !u.fixed(f, d.args[1 + k]))
+                        .ok_or("a paired access has no index that moves")?;
+                    let moving = d.args[1 + dim];
+                    let element = &d.args[1..1 + n_idx];
+                    if forward && is_load {
+                        if let Some(&(_, _, x)) = known.iter().find(|k| k.0 == d.args[0] && k.1 == element) {
+                            if let Some(r) = d.result {
+                                lanes.insert(r, x);
+                            }
+                            continue;
+                        }
+                    }
+                    if let Some(x) = read_early.remove(&inst) {
+                        if let Some(r) = d.result {
+                            lanes.insert(r, x);
+                        }
+                        if forward {
+                            known.push((d.args[0], element, x));
+                        }
+                        continue;
+                    }
+                    let start = match low.get(&moving) {
                         Some(&x) => x,
                         None => {
-                            let j = self.v(last)?;
+                            let j = self.v(moving)?;
                             let x = if up { j } else { self.b.ins().iadd_imm_s(j, -1) };
-                            low.insert(last, x);
+                            low.insert(moving, x);
                             x
                         }
                     };
                     let mut idx: Vec<CValue> =
-                        d.args[1..n_idx].iter().map(|&a| self.v(a)).collect::<Result<_, _>>()?;
-                    idx.push(start);
+                        d.args[1..1 + n_idx].iter().map(|&a| self.v(a)).collect::<Result<_, _>>()?;
+                    idx[dim] = start;
                     let arr = self.v(d.args[0])?;
                     let addr = self.element_addr(arr, &idx, 8, None, &vec![true; n_idx]);
+                    // Along the last dimension the two elements are side by side; along
+                    // another they lie a stride apart and go in and out lane by lane.
+                    let apart = (dim + 1 < n_idx).then(|| {
+                        let mut stride = self.b.ins().iconst(P, 8);
+                        for k in dim + 1..n_idx {
+                            let ext =
+                                self.b.ins().load(P, self.header_loads, arr, array::DIMS + 8 * k as i32);
+                            stride = self.b.ins().imul(stride, ext);
+                        }
+                        self.b.ins().iadd(addr, stride)
+                    });
+                    // The first of two columns of a row read together, unless a store
+                    // still waiting for its partner may write one of them.
+                    let pair = groups.get(&inst).copied().filter(|&(partner, _)| {
+                        !is_load
+                            || !waiting.iter().any(|&(w, _)| {
+                                crate::unroll::may_alias(f, w, inst, forward)
+                                    || crate::unroll::may_alias(f, w, partner, forward)
+                            })
+                    });
+                    if let (Some((partner, lower)), Some(next)) = (pair, apart) {
+                        if is_load {
+                            // Both rows' two columns, then each column's two rows.
+                            let (first, second) = if lower {
+                                (addr, next)
+                            } else {
+                                (self.b.ins().iadd_imm_s(addr, -8), self.b.ins().iadd_imm_s(next, -8))
+                            };
+                            let a = self.b.ins().load(types::F64X2, flags(), first, 0);
+                            let b = self.b.ins().load(types::F64X2, flags(), second, 0);
+                            let (lo, hi) = self.interleave(a, b);
+                            let (own, other) = if lower { (lo, hi) } else { (hi, lo) };
+                            if let Some(r) = d.result {
+                                lanes.insert(r, own);
+                            }
+                            if forward {
+                                known.push((d.args[0], element, own));
+                            }
+                            read_early.insert(partner, other);
+                            continue;
+                        }
+                        let x = vector(self, &lanes, d.args[d.args.len() - 1])?;
+                        if forward {
+                            let differ = |a: Value, b: Value| matches!((f.const_int(a), f.const_int(b)), (Some(x), Some(y)) if x != y);
+                            known.retain(|k| {
+                                k.0 != d.args[0] || k.1.iter().zip(element).any(|(&a, &b)| differ(a, b))
+                            });
+                            known.push((d.args[0], element, x));
+                        }
+                        match waiting.iter().position(|&(w, _)| w == partner) {
+                            None => waiting.push((inst, x)),
+                            Some(k) => {
+                                // Each row's two columns, stored whole.
+                                let (_, y) = waiting.remove(k);
+                                let (left, right) = if lower { (x, y) } else { (y, x) };
+                                let (first, second) = if lower {
+                                    (addr, next)
+                                } else {
+                                    (self.b.ins().iadd_imm_s(addr, -8), self.b.ins().iadd_imm_s(next, -8))
+                                };
+                                let (row_lo, row_hi) = self.interleave(left, right);
+                                self.b.ins().store(flags(), row_lo, first, 0);
+                                self.b.ins().store(flags(), row_hi, second, 0);
+                            }
+                        }
+                        continue;
+                    }
                     if is_load {
-                        let x = self.b.ins().load(types::F64X2, flags(), addr, 0);
+                        let x = match apart {
+                            None => self.b.ins().load(types::F64X2, flags(), addr, 0),
+                            Some(next) => {
+                                let lo = self.b.ins().load(types::F64, flags(), addr, 0);
+                                let hi = self.b.ins().load(types::F64, flags(), next, 0);
+                                let v = self.b.ins().splat(types::F64X2, lo);
+                                self.b.ins().insertlane(v, hi, 1)
+                            }
+                        };
                         if let Some(r) = d.result {
                             lanes.insert(r, x);
                         }
+                        if forward {
+                            known.push((d.args[0], element, x));
+                        }
                     } else {
                         let x = vector(self, &lanes, d.args[d.args.len() - 1])?;
-                        self.b.ins().store(flags(), x, addr, 0);
+                        if forward {
+                            // An element of the same array survives where an index
+                            // is another constant than the store's.
+                            let differ = |a: Value, b: Value| matches!((f.const_int(a), f.const_int(b)), (Some(x), Some(y)) if x != y);
+                            known.retain(|k| {
+                                k.0 != d.args[0] || k.1.iter().zip(element).any(|(&a, &b)| differ(a, b))
+                            });
+                            known.push((d.args[0], element, x));
+                        }
+                        match apart {
+                            None => {
+                                self.b.ins().store(flags(), x, addr, 0);
+                            }
+                            Some(next) => {
+                                let lo = self.b.ins().extractlane(x, 0);
+                                let hi = self.b.ins().extractlane(x, 1);
+                                self.b.ins().store(flags(), lo, addr, 0);
+                                self.b.ins().store(flags(), hi, next, 0);
+                            }
+                        }
                     }
                 }
                 Op::FBinary(op) => {
@@ -1336,10 +1475,136 @@ impl FnLower<'_, '_> {
                         lanes.insert(r, x);
                     }
                 }
+                Op::StackPut => {
+                    // The two iterations' records, side by side: value k of the lower
+                    // iteration at `offset + w · i + k`, of the upper `w` further on.
+                    let index = d.args[2];
+                    let start = match low.get(&index) {
+                        Some(&x) => x,
+                        None => {
+                            let j = self.v(index)?;
+                            let x = if up { j } else { self.b.ins().iadd_imm_s(j, -1) };
+                            low.insert(index, x);
+                            x
+                        }
+                    };
+                    let values = &d.args[3..];
+                    let width = values.len() as i64;
+                    let st = self.v(d.args[0])?;
+                    let offset = self.v(d.args[1])?;
+                    let cursor = self.cursors.get(&d.args[1]).copied();
+                    let len = match cursor {
+                        Some((_, end)) => end,
+                        None => self.b.ins().load(P, flags(), st, stack::LEN),
+                    };
+                    let scaled = if width == 1 { start } else { self.b.ins().imul_imm_s(start, width) };
+                    let first = self.b.ins().iadd(offset, scaled);
+                    // Room for both records: `first < len` and `len - first >= 2w`.
+                    let past = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, first, len);
+                    let left = self.b.ins().isub(len, first);
+                    let short = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThan, left, 2 * width);
+                    let bad = self.b.ins().bor(past, short);
+                    let site = self.site(d.span);
+                    let z = self.zero();
+                    self.check(bad, site, FAIL_STACK_PUT, [z, z, z]);
+                    let data = match cursor {
+                        Some((data, _)) => data,
+                        None => self.b.ins().load(P, flags(), st, stack::DATA),
+                    };
+                    let off = self.b.ins().ishl_imm_u(first, 3);
+                    let addr = self.b.ins().iadd(data, off);
+                    for (k, &v) in values.iter().enumerate() {
+                        let x = vector(self, &lanes, v)?;
+                        if width == 1 {
+                            self.b.ins().store(flags(), x, addr, 0);
+                        } else {
+                            let lo = self.b.ins().extractlane(x, 0);
+                            let hi = self.b.ins().extractlane(x, 1);
+                            self.b.ins().store(flags(), lo, addr, 8 * k as i32);
+                            self.b.ins().store(flags(), hi, addr, 8 * (width as usize + k) as i32);
+                        }
+                    }
+                }
+                Op::StackPop => {
+                    // At the body's first pop of a stack, every pop of it for both
+                    // iterations at once: the `w` values of the iteration that runs
+                    // first lie on top, the other's below them.
+                    if !popped.contains_key(&d.result.ok_or("a pop without a result")?) {
+                        let stack_value = d.args[0];
+                        let pops: Vec<mcir_ir::Inst> = f.blocks[body]
+                            .insts
+                            .iter()
+                            .copied()
+                            .filter(|&i| f.insts[i].op == Op::StackPop && f.insts[i].args[0] == stack_value)
+                            .collect();
+                        let width = pops.len() as i64;
+                        let st = self.v(stack_value)?;
+                        let cursor = self.pop_cursors.get(&stack_value).copied();
+                        let len = match cursor {
+                            Some((_, var)) => self.b.use_var(var),
+                            None => self.b.ins().load(P, flags(), st, stack::LEN),
+                        };
+                        let short = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThan, len, 2 * width);
+                        let site = self.site(d.span);
+                        let z = self.zero();
+                        self.check(short, site, FAIL_EMPTY_STACK, [z, z, z]);
+                        let base = self.b.ins().iadd_imm_s(len, -2 * width);
+                        match cursor {
+                            Some((_, var)) => self.b.def_var(var, base),
+                            None => {
+                                self.b.ins().store(flags(), base, st, stack::LEN);
+                            }
+                        }
+                        let data = match cursor {
+                            Some((data, _)) => data,
+                            None => self.b.ins().load(P, flags(), st, stack::DATA),
+                        };
+                        let off = self.b.ins().ishl_imm_u(base, 3);
+                        let addr = self.b.ins().iadd(data, off);
+                        for (k, &pop) in pops.iter().enumerate() {
+                            // Slots from `base`: the first-popped iteration's value k at
+                            // 2w - 1 - k, the other's at w - 1 - k.
+                            let (later, earlier) =
+                                ((2 * width - 1 - k as i64) * 8, (width - 1 - k as i64) * 8);
+                            let (lo_at, hi_at) = if up { (later, earlier) } else { (earlier, later) };
+                            let v = if width == 1 && !up {
+                                self.b.ins().load(types::F64X2, flags(), addr, 0)
+                            } else {
+                                let lo = self.b.ins().load(types::F64, flags(), addr, lo_at as i32);
+                                let hi = self.b.ins().load(types::F64, flags(), addr, hi_at as i32);
+                                let v = self.b.ins().splat(types::F64X2, lo);
+                                self.b.ins().insertlane(v, hi, 1)
+                            };
+                            popped.insert(f.insts[pop].result.ok_or("a pop without a result")?, v);
+                        }
+                    }
+                    if let Some(r) = d.result {
+                        lanes.insert(r, *popped.get(&r).ok_or("a pop was not paired")?);
+                    }
+                }
                 op => return Err(format!("{op:?} cannot run in pairs")),
             }
         }
+        if !waiting.is_empty() {
+            return Err("a store of two columns lost its partner".into());
+        }
         Ok(lanes)
+    }
+
+    /// `[a₀, b₀]` and `[a₁, b₁]`: the low halves of two vectors side by side, and their
+    /// high halves (`punpcklqdq`, `punpckhqdq`).
+    fn interleave(&mut self, a: CValue, b: CValue) -> (CValue, CValue) {
+        let little = MemFlagsData::new().with_endianness(cranelift_codegen::ir::Endianness::Little);
+        let a = self.b.ins().bitcast(types::I8X16, little, a);
+        let b = self.b.ins().bitcast(types::I8X16, little, b);
+        let mask = |half: u8| -> Vec<u8> {
+            (0..16u8).map(|k| if k < 8 { half + k } else { 16 + half + k - 8 }).collect()
+        };
+        let low = self.b.func.dfg.immediates.push(cranelift_codegen::ir::ConstantData::from(mask(0)));
+        let high = self.b.func.dfg.immediates.push(cranelift_codegen::ir::ConstantData::from(mask(8)));
+        let lo = self.b.ins().shuffle(a, b, low);
+        let hi = self.b.ins().shuffle(a, b, high);
+        (self.b.ins().bitcast(types::F64X2, little, lo), self.b.ins().bitcast(types::F64X2, little, hi))
     }
 
     fn run(&mut self) -> Result<(), String> {
@@ -1387,7 +1652,7 @@ impl FnLower<'_, '_> {
                 let site = self.site(first_span);
                 let plan = crate::unroll::plan(f, b, &cfg)
                     .filter(|u| self.may_copy(u.body))
-                    .map(|u| self.copy_plan(u));
+                    .and_then(|u| self.copy_plan(u));
                 match (unit_step_param(f, b, &cfg), plan) {
                     (Some(p), Some(plan)) => {
                         // Both loops pass a counter value whose low bits are all ones

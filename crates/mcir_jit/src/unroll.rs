@@ -23,7 +23,7 @@
 //! again (`lower.rs`, `stepped_access`). When the body is elementwise work (`pairs`),
 //! the copies run two at a time in 128-bit vectors. Each copy is compiled code, so
 //! only small bodies are copied: four times up to 8 instructions (16 in vector
-//! pairs), twice up to 24.
+//! pairs), twice up to 24 (64 in a vector pair).
 
 use mcir_ir::cfg::ControlFlow;
 use mcir_ir::entity::EntityRef;
@@ -52,6 +52,8 @@ pub(crate) struct Unroll {
     pub test: Test,
     /// How many copies of the body run per pass of the unrolled loop (a power of two).
     pub factor: i64,
+    /// Whether the body is too long to copy unless its copies run in vector pairs.
+    pub pairs_only: bool,
 }
 
 impl Unroll {
@@ -65,9 +67,12 @@ impl Unroll {
         }
     }
 
-    /// Whether `v` is the same on every iteration: computed outside the loop, or a
-    /// header parameter the body passes back unchanged.
+    /// Whether `v` is the same on every iteration: a constant, a value computed outside
+    /// the loop, or a header parameter the body passes back unchanged.
     pub fn fixed(&self, f: &Function, v: Value) -> bool {
+        if f.const_int(v).is_some() {
+            return true;
+        }
         let passed_back = match (&f.blocks[self.body].term, f.values[v].def) {
             (Terminator::Jump(back), mcir_ir::ValueDef::Param(b, k)) => {
                 b == self.header && back.args.get(k as usize) == Some(&v)
@@ -126,7 +131,11 @@ impl Unroll {
 const FOUR_UP_TO: usize = 8;
 const TWO_UP_TO: usize = 24;
 /// The most instructions of a body that runs in vector pairs, four iterations a pass.
-pub(crate) const PAIRS_FOUR_UP_TO: usize = 16;
+pub(crate) const PAIRS_FOUR_UP_TO: usize = 40;
+/// The most instructions of a body that runs in vector pairs, two iterations a pass: a
+/// pair's code is about one scalar copy's, so a body too long to copy as it is can
+/// still run two iterations at once.
+const PAIRS_TWO_UP_TO: usize = 64;
 
 /// The unrolling of the loop whose header is `h`, if it is one this module handles: the
 /// header computes nothing but constants, its test and integer arithmetic on values
@@ -219,12 +228,13 @@ pub(crate) fn plan(f: &Function, h: Block, cfg: &ControlFlow) -> Option<Unroll> 
         .iter()
         .filter(|&&i| !matches!(f.insts[i].op, Op::IConst(_) | Op::FConst(_) | Op::BConst(_)))
         .count();
-    let factor = match work {
-        0..=FOUR_UP_TO => 4,
-        _ if work <= TWO_UP_TO => 2,
+    let (factor, pairs_only) = match work {
+        0..=FOUR_UP_TO => (4, false),
+        _ if work <= TWO_UP_TO => (2, false),
+        _ if work <= PAIRS_TWO_UP_TO => (2, true),
         _ => return None,
     };
-    Some(Unroll { header: h, body, counter, test, factor })
+    Some(Unroll { header: h, body, counter, test, factor, pairs_only })
 }
 
 /// How the copies of an unrolled body can run two at a time in 128-bit registers.
@@ -238,20 +248,30 @@ pub(crate) struct Pairs {
     /// that run as two partial sums in the lanes of a vector, added together when the
     /// copies end. Only in a function whose sums may be reassociated.
     pub sums: Vec<usize>,
+    /// Whether a load reads an element the body loaded or stored before, at the same
+    /// indices, across a store into another array that might have been the same one
+    /// (`pos[i, 0]` again after `vel[i, 0] = ...`). Then every array the body stores
+    /// into must differ from every other array it accesses (`distinct` says so), and
+    /// the pairs take such a load's vector from the earlier access instead of memory.
+    pub forward: bool,
 }
 
 /// Whether the copies of `u`'s body can run in pairs, each `f64` value of a pair of
 /// iterations in the two lanes of one vector: the body carries nothing from one
 /// iteration to the next but its counter and, where `reassociate` allows, sums (every
 /// other header parameter goes round unchanged); its only memory accesses are loads and
-/// stores of `f64` elements proven in bounds, whose last index moves with the counter
+/// stores of `f64` elements proven in bounds, one of whose indices moves with the counter
 /// (the counter plus or minus constants and values fixed for the loop, without
-/// overflow) and whose other indices do not change in the loop; and it computes only
+/// overflow) while the others do not change in the loop; and it computes only
 /// `+ - * /`, negation, absolute values and square roots of `f64`s, whose vector forms
-/// give each lane exactly the scalar result. Two iterations then touch two different
-/// elements of every array accessed at one index. An array written at one index and
-/// accessed at another must be another array than the one accessed (`distinct`);
-/// arrays never overlap unless they are the same array.
+/// give each lane exactly the scalar result. It may also put one record of `f64`s per
+/// iteration at the iteration's index (a forward pass's), and pop `f64`s from stacks it
+/// does not put into (a reverse pass's). Two iterations then touch two different
+/// elements of every array accessed with one moving index in one dimension (`x[i]`, or
+/// `p[i, 0]` and `p[i, 1]`, the rows of two iterations differing). An array written
+/// with one moving index and accessed with another, or in another dimension, must be
+/// another array than the one accessed (`distinct`) where the two have one type; arrays
+/// never overlap unless they are the same array, which has one type.
 pub(crate) fn pairs(
     f: &Function,
     u: &Unroll,
@@ -300,8 +320,12 @@ pub(crate) fn pairs(
     let Terminator::Branch { cond, .. } = &f.blocks[u.header].term else { return None };
     // Values that move with the counter; every integer sum or difference must be one.
     let moving = u.moving_values(f, proofs);
-    // (array, last index, store) of each access.
-    let mut accesses: Vec<(Value, Value, bool)> = Vec::new();
+    // (array, (moving dimension, its index), store) of each access.
+    let mut accesses: Vec<(Value, (usize, Value), bool)> = Vec::new();
+    // Each access's array and indices, in order, and whether it is a store.
+    let mut elements: Vec<(Value, &[Value], bool)> = Vec::new();
+    // The stacks put into (`true`) and popped from.
+    let mut stacks: Vec<(Value, bool)> = Vec::new();
     for &i in &f.blocks[u.body].insts {
         let d = &f.insts[i];
         if d.args.contains(cond) {
@@ -313,6 +337,30 @@ pub(crate) fn pairs(
                 if !d.result.is_some_and(|r| moving.contains(&r)) {
                     return None;
                 }
+            }
+            // A forward pass's record of `f64`s, put at the index of its iteration in
+            // room reserved for the loop: two iterations' records do not overlap.
+            Op::StackPut => {
+                let [stack, offset, index, values @ ..] = d.args.as_slice() else { return None };
+                let is_f64 = |v: &Value| f.value_type(*v) == mcir_ir::TypeTable::F64;
+                if !invariant(*stack)
+                    || !invariant(*offset)
+                    || !moving.contains(index)
+                    || values.is_empty()
+                    || !values.iter().all(is_f64)
+                {
+                    return None;
+                }
+                stacks.push((*stack, true));
+            }
+            // A reverse pass's record, popped: the later iteration's values first.
+            Op::StackPop => {
+                if !invariant(d.args[0])
+                    || d.result.is_none_or(|r| f.value_type(r) != mcir_ir::TypeTable::F64)
+                {
+                    return None;
+                }
+                stacks.push((d.args[0], false));
             }
             Op::Load | Op::TrustedLoad | Op::Store | Op::TrustedStore => {
                 let is_load = matches!(d.op, Op::Load | Op::TrustedLoad);
@@ -326,11 +374,12 @@ pub(crate) fn pairs(
                     return None;
                 }
                 let idx = &d.args[1..1 + n_idx];
-                let last = idx[n_idx - 1];
-                if !idx[..n_idx - 1].iter().all(|&v| invariant(v)) || !moving.contains(&last) {
+                let dim = idx.iter().position(|v| moving.contains(v))?;
+                if !idx.iter().enumerate().all(|(k, &v)| k == dim || invariant(v)) {
                     return None;
                 }
-                accesses.push((d.args[0], last, !is_load));
+                accesses.push((d.args[0], (dim, idx[dim]), !is_load));
+                elements.push((d.args[0], idx, !is_load));
             }
             Op::FBinary(FBinOp::Add | FBinOp::Sub | FBinOp::Mul | FBinOp::Div)
             | Op::FUnary(FUnOp::Neg | FUnOp::Abs | FUnOp::Sqrt) => {}
@@ -349,13 +398,43 @@ pub(crate) fn pairs(
     if accesses.is_empty() {
         return None;
     }
+    // Elements a stride apart, and records of several values, go in and out of a vector
+    // lane by lane, three instructions where one iteration needs one: worth it only
+    // where the pair halves the cost of a division or square root, whose throughput
+    // bounds such a body.
+    let strided = elements.iter().any(|&(_, idx, _)| {
+        idx.iter().position(|v| moving.contains(v)).is_some_and(|dim| dim + 1 < idx.len())
+    }) || f.blocks[u.body].insts.iter().any(|&i| {
+        let d = &f.insts[i];
+        d.op == Op::StackPut && d.args.len() > 4
+            || d.op == Op::StackPop
+                && f.blocks[u.body]
+                    .insts
+                    .iter()
+                    .filter(|&&j| f.insts[j].op == Op::StackPop && f.insts[j].args[0] == d.args[0])
+                    .count()
+                    > 1
+    });
+    let halves_slow_work = f.blocks[u.body]
+        .insts
+        .iter()
+        .any(|&i| matches!(f.insts[i].op, Op::FBinary(FBinOp::Div) | Op::FUnary(FUnOp::Sqrt)));
+    if strided && !halves_slow_work {
+        return None;
+    }
+    // One put per body, into a stack it does not pop.
+    let puts: Vec<Value> = stacks.iter().filter(|s| s.1).map(|s| s.0).collect();
+    if puts.len() > 1 || puts.iter().any(|&p| stacks.contains(&(p, false))) {
+        return None;
+    }
     let mut distinct: Vec<(Value, Value)> = Vec::new();
     for &(a, i, store) in &accesses {
         if !store {
             continue;
         }
         for &(b, j, _) in &accesses {
-            if j == i {
+            // Arrays of different types are never one array.
+            if j == i || f.value_type(a) != f.value_type(b) {
                 continue;
             }
             if a == b {
@@ -366,7 +445,109 @@ pub(crate) fn pairs(
             }
         }
     }
-    Some(Pairs { distinct, sums })
+    let forward = elements.iter().enumerate().any(|(k, &(a, idx, store))| {
+        !store
+            && elements[..k]
+                .iter()
+                .rposition(|&(b, jdx, _)| b == a && jdx == idx)
+                .is_some_and(|from| elements[from + 1..k].iter().any(|&(b, _, stored)| stored && b != a))
+    });
+    if forward {
+        for &(a, _, store) in &accesses {
+            if !store {
+                continue;
+            }
+            for &(b, _, _) in &accesses {
+                if b != a
+                    && f.value_type(a) == f.value_type(b)
+                    && !distinct.contains(&(a, b))
+                    && !distinct.contains(&(b, a))
+                {
+                    distinct.push((a, b));
+                }
+            }
+        }
+    }
+    Some(Pairs { distinct, sums, forward })
+}
+
+/// Loads and stores of a body run in vector pairs (`crate::unroll::pairs`) that read or
+/// write two neighbouring columns of one row moving with the counter (`p[i, 0]` and
+/// `p[i, 1]`, as the second-to-last index): each, with its partner and whether it is
+/// the lower column. Two such loads are read together at the first, as two rows of two
+/// columns, when no store between them may write the second; two stores are written
+/// together at the second, when nothing between them may read or write the first.
+pub(crate) fn row_pairs(
+    f: &Function,
+    u: &Unroll,
+    forward: bool,
+) -> std::collections::HashMap<mcir_ir::Inst, (mcir_ir::Inst, bool)> {
+    let insts = &f.blocks[u.body].insts;
+    // (position, inst, load?, array, leading indices, column) of each candidate.
+    let mut candidates = Vec::new();
+    for (pos, &i) in insts.iter().enumerate() {
+        let d = &f.insts[i];
+        let is_load = match d.op {
+            Op::Load | Op::TrustedLoad => true,
+            Op::Store | Op::TrustedStore => false,
+            _ => continue,
+        };
+        let n_idx = if is_load { d.args.len() - 1 } else { d.args.len() - 2 };
+        if n_idx < 2 {
+            continue;
+        }
+        let idx = &d.args[1..1 + n_idx];
+        let Some(column) = f.const_int(idx[n_idx - 1]) else { continue };
+        if u.fixed(f, idx[n_idx - 2]) || !idx[..n_idx - 2].iter().all(|&v| u.fixed(f, v)) {
+            continue;
+        }
+        candidates.push((pos, i, is_load, d.args[0], &idx[..n_idx - 1], column));
+    }
+    let mut out = std::collections::HashMap::new();
+    for (k, &(p1, i1, load1, a1, lead1, c1)) in candidates.iter().enumerate() {
+        if out.contains_key(&i1) {
+            continue;
+        }
+        let partner = candidates[k + 1..].iter().find(|&&(_, i2, load2, a2, lead2, c2)| {
+            !out.contains_key(&i2) && load2 == load1 && a2 == a1 && lead2 == lead1 && c1.abs_diff(c2) == 1
+        });
+        let Some(&(p2, i2, _, _, _, c2)) = partner else { continue };
+        // What lies between must leave alone the element read early (the second load's)
+        // or written late (the first store's).
+        let moved = if load1 { i2 } else { i1 };
+        let clear = insts[p1 + 1..p2].iter().all(|&j| {
+            let op = &f.insts[j].op;
+            let touches = if load1 {
+                matches!(op, Op::Store | Op::TrustedStore)
+            } else {
+                matches!(op, Op::Load | Op::TrustedLoad | Op::Store | Op::TrustedStore)
+            };
+            !touches || !may_alias(f, j, moved, forward)
+        });
+        if clear {
+            out.insert(i1, (i2, c1 < c2));
+            out.insert(i2, (i1, c2 < c1));
+        }
+    }
+    out
+}
+
+/// Whether loads or stores `a` and `b` of a body run in vector pairs may touch one
+/// element: not when they index one array with different constants somewhere, nor when
+/// they access arrays of different types, nor, where every array stored into is tested
+/// distinct from every other (`forward`), when they access two arrays.
+pub(crate) fn may_alias(f: &Function, a: mcir_ir::Inst, b: mcir_ir::Inst, forward: bool) -> bool {
+    let (da, db) = (&f.insts[a], &f.insts[b]);
+    let indices = |d: &mcir_ir::InstData| -> Vec<Value> {
+        let n = if matches!(d.op, Op::Load | Op::TrustedLoad) { d.args.len() - 1 } else { d.args.len() - 2 };
+        d.args[1..1 + n].to_vec()
+    };
+    if da.args[0] == db.args[0] {
+        let differ =
+            |x: &Value, y: &Value| matches!((f.const_int(*x), f.const_int(*y)), (Some(p), Some(q)) if p != q);
+        return !indices(da).iter().zip(&indices(db)).any(|(x, y)| differ(x, y));
+    }
+    f.value_type(da.args[0]) == f.value_type(db.args[0]) && !forward
 }
 
 #[cfg(test)]
@@ -538,6 +719,128 @@ bb3:
         let p = pairs(f, &u, &proofs, &m.types, false).expect("pairs");
         assert_eq!(p.distinct.len(), 1);
         assert!(p.sums.is_empty());
+    }
+
+    #[test]
+    fn rows_run_in_pairs_and_reloads_across_another_array_are_forwarded() {
+        // for i in 0..size(p, 0) { v[i, 0] += p[i, 0] / t; p[i, 0] += v[i, 0] * t }: the
+        // rows move with the counter, the columns are constants; p[i, 0] is read again
+        // after the store into v, which might be p. The division makes the lane-by-lane
+        // loads and stores of rows worth it.
+        let text = "fn @f(%p_0: f64[,], %v_1: f64[,], %t_2: f64) {
+bb0:
+    %3: i64 = array.dim 0 %p_0
+    %4: i64 = iconst 0
+    jump bb1(%4)
+bb1(%i_5: i64):
+    %6: bool = icmp lt %i_5, %3
+    br %6, bb2, bb3
+bb2:
+    %7: i64 = iconst 0
+    %8: f64 = load.trusted %p_0[%i_5, %7]
+    %9: f64 = fdiv %8, %t_2
+    %10: f64 = load.trusted %v_1[%i_5, %7]
+    %11: f64 = fadd %10, %9
+    store.trusted %v_1[%i_5, %7], %11
+    %12: f64 = load.trusted %p_0[%i_5, %7]
+    %13: f64 = fmul %11, %t_2
+    %14: f64 = fadd %12, %13
+    store.trusted %p_0[%i_5, %7], %14
+    %15: i64 = iconst 1
+    %16: i64 = iadd %i_5, %15
+    jump bb1(%16)
+bb3:
+    ret
+}";
+        let p = pairs_of(text).expect("pairs");
+        assert!(p.forward);
+        assert_eq!(p.distinct.len(), 1);
+        // Without the reload nothing needs the arrays to differ: the rows of two
+        // iterations are different elements even where p and v are one array.
+        let p = pairs_of(&text.replace("%12: f64 = load.trusted %p_0[%i_5, %7]", "%12: f64 = fadd %8, %t_2"))
+            .expect("pairs");
+        assert!(!p.forward);
+        assert!(p.distinct.is_empty());
+        // A row and a column of one array written: two iterations may touch one element.
+        assert_eq!(
+            pairs_of(&text.replace("store.trusted %p_0[%i_5, %7]", "store.trusted %p_0[%7, %i_5]")),
+            None
+        );
+        // Without the division, rows one at a time cost less than rows in lanes.
+        assert_eq!(pairs_of(&text.replace("fdiv %8", "fmul %8")), None);
+    }
+
+    #[test]
+    fn two_columns_of_a_row_go_in_and_out_together() {
+        // for i in 0..size(p, 0) { q[i, 0] = p[i, 0] / t; q[i, 1] = q[i, 1] + p[i, 1] }:
+        // p's two loads are read together at the first; q's two stores are written
+        // together at the second, the load of q[i, 1] between them reading another
+        // element.
+        let text = "fn @f(%p_0: f64[,], %q_1: f64[,], %t_2: f64) {
+bb0:
+    %3: i64 = array.dim 0 %p_0
+    %4: i64 = iconst 0
+    jump bb1(%4)
+bb1(%i_5: i64):
+    %6: bool = icmp lt %i_5, %3
+    br %6, bb2, bb3
+bb2:
+    %7: i64 = iconst 0
+    %8: i64 = iconst 1
+    %9: f64 = load.trusted %p_0[%i_5, %7]
+    %10: f64 = load.trusted %p_0[%i_5, %8]
+    %11: f64 = fdiv %9, %t_2
+    store.trusted %q_1[%i_5, %7], %11
+    %12: f64 = load.trusted %q_1[%i_5, %8]
+    %13: f64 = fadd %12, %10
+    store.trusted %q_1[%i_5, %8], %13
+    %14: i64 = iadd %i_5, %8
+    jump bb1(%14)
+bb3:
+    ret
+}";
+        let groups_of = |text: &str| {
+            let m = mcir_ir::parse_module(text).expect("parses");
+            let f = m.funcs.values().next().expect("a function").clone();
+            let cfg = ControlFlow::compute(&f);
+            let u = cfg.rpo.iter().find_map(|&b| plan(&f, b, &cfg)).expect("unrolled");
+            let p = pairs(&f, &u, &f.proofs(), &m.types, false).expect("pairs");
+            let mut g: Vec<(usize, usize, bool)> = row_pairs(&f, &u, p.forward)
+                .iter()
+                .map(|(a, (b, lower))| (a.index(), b.index(), *lower))
+                .collect();
+            g.sort();
+            g
+        };
+        let insts = |text: &str| {
+            let m = mcir_ir::parse_module(text).expect("parses");
+            let f = m.funcs.values().next().expect("a function").clone();
+            let body = f.blocks.keys().nth(2).expect("the body");
+            f.blocks[body].insts.clone()
+        };
+        let i = insts(text);
+        // Loads %9, %10 (insts 2, 3) and stores of %11, %13 (insts 5, 8).
+        let expect = |a: usize, b: usize| {
+            let mut g = vec![(i[a].index(), i[b].index(), true), (i[b].index(), i[a].index(), false)];
+            g.sort();
+            g
+        };
+        let mut both = expect(2, 3);
+        both.extend(expect(5, 8));
+        both.sort();
+        assert_eq!(groups_of(text), both);
+        // Reading q[i, 0] between the stores keeps them apart: it must see the first.
+        let reads_first =
+            text.replace("%12: f64 = load.trusted %q_1[%i_5, %8]", "%12: f64 = load.trusted %q_1[%i_5, %7]");
+        assert_eq!(groups_of(&reads_first), expect(2, 3));
+        // A store into q (which may be p) between the loads keeps them apart too.
+        let store_between = text.replace(
+            "%10: f64 = load.trusted %p_0[%i_5, %8]",
+            "store.trusted %q_1[%i_5, %7], %t_2\n    %10: f64 = load.trusted %p_0[%i_5, %8]",
+        );
+        let i = insts(&store_between);
+        let g = groups_of(&store_between);
+        assert!(!g.iter().any(|&(a, _, _)| a == i[2].index()), "{g:?}");
     }
 
     #[test]
