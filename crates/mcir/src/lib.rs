@@ -124,10 +124,13 @@ impl Program {
                 // the load read again (`cams[c, 0] * d` in both lines of a helper that
                 // loaded `cams[c, 0]` twice): merged once more where anything was forwarded.
                 let ids: Vec<mcir_ir::FuncId> = module.funcs.keys().collect();
+                // A load both arms of a branch begin with is made once, before it, so that
+                // arms that then only compute can be linearized.
                 for id in ids {
                     let f = std::mem::replace(&mut module.funcs[id], mcir_ir::Function::new("", &[], None));
                     let (f, forwarded) = mcir_ir::memory::forward_elements_reporting(f, false);
-                    module.funcs[id] = if forwarded {
+                    let (f, hoisted) = mcir_ir::memory::hoist_loads_both_arms_make(f);
+                    module.funcs[id] = if forwarded || hoisted {
                         mcir_ir::cse::eliminate_common_subexpressions(f, &module.types)
                     } else {
                         f

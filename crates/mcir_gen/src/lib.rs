@@ -183,7 +183,7 @@ impl Gen<'_, '_> {
     fn statement(&mut self, scope: &mut Scope, indent: usize) {
         let nested = scope.depth < 2;
         let e = |g: &mut Self, s: &Scope| g.real(s, 2);
-        match self.src.below(47) {
+        match self.src.below(48) {
             0 | 1 => {
                 let v = self.name("t");
                 let value = e(self, scope);
@@ -618,6 +618,20 @@ impl Gen<'_, '_> {
                 };
                 self.line(indent, &format!("acc += 0.1 * drift({a}, {b}, {k} % 3 + 1) + sum({q}) * 0.01;"));
             }
+            47 if nested => {
+                // A helper whose arms read the same element, called per element.
+                let i = self.name("i");
+                let value = e(self, scope);
+                let k = scope.small_ints[self.src.below(scope.small_ints.len())].clone();
+                self.line(indent, &format!("for {i} in 0..len(x) {{"));
+                self.line(
+                    indent + 1,
+                    &format!(
+                        "acc += 0.1 * bend(x[{i}] * 0.5 + 0.1 * tanh({value}), x, ({i} + {k} % 5) % len(x));"
+                    ),
+                );
+                self.line(indent, "}");
+            }
             41 => {
                 // A helper with a branch and a loop, called once.
                 let value = e(self, scope);
@@ -764,6 +778,15 @@ fn drift(p: f64[,], q: f64[,], steps: i64) -> f64 {
         }
     }
     return sum(p * p) * 0.1 + sum(q) * 0.1;
+}
+
+// Both arms begin by reading the same element: the read moves in front of the branch,
+// whose arms then only compute (and are linearized when differentiated).
+fn bend(z: f64, w: f64[], j: i64) -> f64 {
+    if z > 0.2113 {
+        return w[j] * z + 0.5;
+    }
+    return w[j] - z * z;
 }
 
 // Never returns (`while true` without a `break`); called only where it is not reached.

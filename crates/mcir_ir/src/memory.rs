@@ -21,6 +21,7 @@
 //! forgets everything. A store is dropped as
 //! overwritten only when it is trusted (it checks nothing), so no bounds error is lost.
 
+use crate::entity::EntityRef;
 use crate::function::*;
 use crate::op::{FBinOp, Op};
 use std::collections::HashMap;
@@ -264,6 +265,101 @@ fn plus_zero(f: &Function, op: &Op, args: &[Value], adjoint: bool) -> Option<Val
     }
 }
 
+/// `f` with each load that both arms of a branch begin with (after arithmetic that
+/// cannot fail) made once, before the branch: `if r2 < 1.0 { d = 1.0 + k[c] * r2 } else
+/// { d = 1.0 + k[c] }` reads `k[c]` in front of the `if`. Both arms would read the same
+/// element, and nothing between the branch and either load reads, writes or fails, so
+/// the load fails, if it does, as it would have in either arm (its error spans the text
+/// of both reads). Arms that only compute
+/// then let the branch be linearized when it is differentiated (`mcir_ad`'s
+/// `linearize.rs`), so its reverse pass neither branches nor tapes the path. Returns
+/// whether anything moved.
+pub fn hoist_loads_both_arms_make(mut f: Function) -> (Function, bool) {
+    let mut moved_any = false;
+    let mut preds: Vec<usize> = vec![0; f.blocks.len()];
+    for (_, data) in f.blocks.iter() {
+        for s in data.term.successors() {
+            preds[s.block.index()] += 1;
+        }
+    }
+    let blocks: Vec<Block> = f.blocks.keys().collect();
+    for b in blocks {
+        let Terminator::Branch { then_dest, else_dest, .. } = &f.blocks[b].term else { continue };
+        let (t, e) = (then_dest.block, else_dest.block);
+        if t == e || t == b || e == b || preds[t.index()] != 1 || preds[e.index()] != 1 {
+            continue;
+        }
+        while let Some((lt, le)) = common_leading_load(&f, t, e) {
+            // The load's indices: values from outside the arms, or constants made again
+            // in front of the branch.
+            let mut args = Vec::with_capacity(f.insts[lt].args.len());
+            for &a in &f.insts[lt].args.clone() {
+                let ValueDef::Inst(c) = f.values[a].def else {
+                    args.push(a);
+                    continue;
+                };
+                if f.blocks[t].insts.contains(&c) {
+                    let (op, ty, span) = (f.insts[c].op.clone(), f.value_type(a), f.insts[c].span);
+                    args.push(f.push_value(b, op, vec![], ty, span));
+                } else {
+                    args.push(a);
+                }
+            }
+            let op = if f.insts[lt].op == Op::TrustedLoad && f.insts[le].op == Op::TrustedLoad {
+                Op::TrustedLoad
+            } else {
+                Op::Load
+            };
+            let (Some(rt), Some(re)) = (f.insts[lt].result, f.insts[le].result) else { break };
+            // A failing read is reported over both reads' text: either arm would have
+            // failed there, with the same index and extent.
+            let (st, se) = (f.insts[lt].span, f.insts[le].span);
+            let span = Span { start: st.start.min(se.start), end: st.end.max(se.end) };
+            let ty = f.value_type(rt);
+            let x = f.push_value(b, op, args, ty, span);
+            f.blocks[t].insts.retain(|&i| i != lt);
+            f.blocks[e].insts.retain(|&i| i != le);
+            let subst: HashMap<Value, Value> = [(rt, x), (re, x)].into_iter().collect();
+            f.substitute(&subst);
+            moved_any = true;
+        }
+    }
+    (f, moved_any)
+}
+
+/// The first load of block `t` and the first load of block `e` when they read the same
+/// element (the same array and, index by index, the same value or equal constants, the
+/// values coming from outside both blocks), each preceded in its block only by
+/// arithmetic that cannot fail and touches no memory.
+fn common_leading_load(f: &Function, t: Block, e: Block) -> Option<(Inst, Inst)> {
+    let leading = |b: Block| -> Option<Inst> {
+        for &i in &f.blocks[b].insts {
+            let op = &f.insts[i].op;
+            if matches!(op, Op::Load | Op::TrustedLoad) {
+                return Some(i);
+            }
+            if !op.is_scalar_arith() || matches!(op, Op::FPowI) {
+                return None;
+            }
+        }
+        None
+    };
+    let (lt, le) = (leading(t)?, leading(e)?);
+    let (at, ae) = (&f.insts[lt].args, &f.insts[le].args);
+    let inside = |v: Value| match f.values[v].def {
+        ValueDef::Inst(i) => f.blocks[t].insts.contains(&i) || f.blocks[e].insts.contains(&i),
+        ValueDef::Param(pb, _) => pb == t || pb == e,
+    };
+    let same = |x: Value, y: Value| {
+        if x == y {
+            return !inside(x);
+        }
+        let is_const = |v: Value| f.defining(v).is_some_and(|d| matches!(d.op, Op::IConst(_)));
+        is_const(x) && is_const(y) && f.const_int(x) == f.const_int(y)
+    };
+    (at.len() == ae.len() && at.iter().zip(ae).all(|(&x, &y)| same(x, y))).then_some((lt, le))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -384,5 +480,52 @@ bb0:
             false,
         );
         assert_eq!(out.matches("store").count(), 2, "{out}");
+    }
+
+    #[test]
+    fn a_read_both_arms_begin_with_moves_in_front_of_the_branch() {
+        let text = "fn @f(%k_0: f64[], %c_1: i64, %r_2: f64) -> f64 {
+bb0:
+    %3: f64 = fconst 1.0
+    %4: bool = fcmp lt %r_2, %3
+    br %4, bb1, bb2
+bb1:
+    %5: f64 = fconst 1.0
+    %6: i64 = iconst 4
+    %7: f64 = load %k_0[%6]
+    %8: f64 = fmul %7, %r_2
+    %9: f64 = fadd %5, %8
+    jump bb3(%9)
+bb2:
+    %10: i64 = iconst 4
+    %11: f64 = load %k_0[%10]
+    %12: f64 = fadd %3, %11
+    jump bb3(%12)
+bb3(%13: f64):
+    ret %13
+}";
+        let hoisted = |text: &str| {
+            let m = crate::parse_module(text).expect("parses");
+            let f = m.funcs.values().next().expect("a function").clone();
+            let (f, moved) = hoist_loads_both_arms_make(f);
+            let mut out = m.clone();
+            let id = out.funcs.keys().next().expect("a function");
+            out.funcs[id] = f;
+            crate::verify_module(&out).expect("verifies");
+            (moved, crate::print::print_module(&out))
+        };
+        let (moved, out) = hoisted(text);
+        assert!(moved);
+        let entry = out.split("bb1:").next().expect("the entry block");
+        assert!(entry.contains("load %k_0"), "{out}");
+        assert_eq!(out.matches("load").count(), 1, "{out}");
+        // Reads of other elements stay where they are, as does a read after another read
+        // (which may fail first).
+        assert!(!hoisted(&text.replace("%10: i64 = iconst 4", "%10: i64 = iconst 3")).0);
+        let after_a_check = text.replace(
+            "%5: f64 = fconst 1.0",
+            "%20: i64 = iconst 0\n    %21: f64 = load %k_0[%20]\n    %5: f64 = fadd %21, %3",
+        );
+        assert!(!hoisted(&after_a_check).0);
     }
 }
