@@ -15,7 +15,7 @@ fn main() {
     // Memory freed while compiling (the IR of each pass, Cranelift's tables) is kept for
     // reuse instead of being given back to the system a second later: pages taken from
     // the system again must be zeroed again, which cost a 10^5-line gradient's compile
-    // up to a second in the kernel (docs/performance.md, "Large programs").
+    // up to a second in the kernel (docs/performance.md, "Compile time").
     #[allow(unsafe_code)]
     // SAFETY: mimalloc's options may be set at any time, from any thread.
     unsafe {
