@@ -780,6 +780,12 @@ fn cmd_check(
                     "the hand-written {kind} rule of `{}` at {at} does not agree with finite differences: {}",
                     sus.name, sus.detail
                 )
+            } else if report
+                .failures
+                .iter()
+                .all(|f| matches!(f, mcir::Failure::Symmetry { .. } | mcir::Failure::Error { .. }))
+            {
+                format!("the second derivatives of `{}` are not symmetric (see the report)", report.function)
             } else {
                 format!(
                     "the derived rule of `{}` does not agree with finite differences (see the report)",
