@@ -23,7 +23,7 @@
 //! again (`lower.rs`, `stepped_access`). When the body is elementwise work (`pairs`),
 //! the copies run two at a time in 128-bit vectors. Each copy is compiled code, so
 //! only small bodies are copied: four times up to 8 instructions (16 in vector
-//! pairs), twice up to 24 (64 in a vector pair).
+//! pairs), twice up to 24 (80 in a vector pair).
 
 use mcir_ir::cfg::ControlFlow;
 use mcir_ir::entity::EntityRef;
@@ -135,7 +135,7 @@ pub(crate) const PAIRS_FOUR_UP_TO: usize = 40;
 /// The most instructions of a body that runs in vector pairs, two iterations a pass: a
 /// pair's code is about one scalar copy's, so a body too long to copy as it is can
 /// still run two iterations at once.
-const PAIRS_TWO_UP_TO: usize = 64;
+const PAIRS_TWO_UP_TO: usize = 80;
 
 /// The unrolling of the loop whose header is `h`, if it is one this module handles: the
 /// header computes nothing but constants, its test and integer arithmetic on values
