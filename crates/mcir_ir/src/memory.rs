@@ -230,12 +230,13 @@ fn forward_once(f: &mut Function, adjoint: bool, apart: &dyn Fn(Value, Value) ->
 /// and in some dimension two different constant indices (`xc[0]` and `xc[1]`, once a
 /// loop over them is unrolled).
 fn distinct(f: &Function, a: &Element, b: &Element) -> bool {
-    a.len() == b.len()
-        && a.first() == b.first()
-        && a.iter()
-            .zip(b)
-            .skip(1)
-            .any(|(&x, &y)| matches!((f.const_int(x), f.const_int(y)), (Some(p), Some(q)) if p != q))
+    a.len() == b.len() && a.first() == b.first() && distinct_indices(f, &a[1..], &b[1..])
+}
+
+/// Whether two lists of indices into one array name different elements whatever their
+/// values: in some dimension both are constants, and different.
+pub fn distinct_indices(f: &Function, a: &[Value], b: &[Value]) -> bool {
+    a.iter().zip(b).any(|(&x, &y)| matches!((f.const_int(x), f.const_int(y)), (Some(p), Some(q)) if p != q))
 }
 
 /// The operand that `x + 0`, `0 + x`, `x - 0`, `x * 1` or `1 * x` is, when the op is

@@ -994,7 +994,7 @@ impl FnLower<'_, '_> {
                 self.b.switch_to_block(vloop);
                 self.poll_every(vcounter, site, 1023 & !(u.factor - 1), true);
                 let carried = pairs.sums.iter().zip(&vsums).map(|(&k, &v)| (params[k], v)).collect();
-                let (c, lanes_in) = self.pair_copies(h, u, vcounter, carried, &pairs.sums, pairs.forward)?;
+                let (c, lanes_in) = self.pair_copies(h, u, vcounter, carried, &pairs)?;
                 let more_short = self.copies_cannot_run(u, c, &guarded, &distinct)?;
                 let mut out: Vec<cranelift_codegen::ir::BlockArg> = vec![c.into()];
                 for &k in &pairs.sums {
@@ -1012,7 +1012,7 @@ impl FnLower<'_, '_> {
             }
             Some(pairs) => {
                 // Every other header parameter goes round unchanged.
-                let (c, _) = self.pair_copies(h, u, counter, HashMap::default(), &[], pairs.forward)?;
+                let (c, _) = self.pair_copies(h, u, counter, HashMap::default(), &pairs)?;
                 args = params.iter().map(|&p| self.v(p)).collect::<Result<_, _>>()?;
                 args[counter_at] = c;
             }
@@ -1045,17 +1045,16 @@ impl FnLower<'_, '_> {
     }
 
     /// `u.factor / 2` pairs of iterations of loop `h` from counter value `c`, the sums
-    /// at header positions `sums` carried from pair to pair in the vectors `carried`
-    /// (header parameter to vector): returns the counter after them and the sums'
-    /// vectors then.
+    /// (`pairs.sums`, header positions) carried from pair to pair in the vectors
+    /// `carried` (header parameter to vector): returns the counter after them and the
+    /// sums' vectors then.
     fn pair_copies(
         &mut self,
         h: mcir_ir::Block,
         u: crate::unroll::Unroll,
         mut c: CValue,
         mut carried: HashMap<Value, CValue>,
-        sums: &[usize],
-        forward: bool,
+        pairs: &crate::unroll::Pairs,
     ) -> Result<(CValue, HashMap<Value, CValue>), String> {
         let f = self.f;
         let up = matches!(u.test, crate::unroll::Test::Below { .. });
@@ -1066,8 +1065,8 @@ impl FnLower<'_, '_> {
         for _ in 0..u.factor / 2 {
             self.vals[u.counter.index()] = Some(c);
             self.block_insts(h)?;
-            let lanes = self.paired_body(&u, up, &carried, forward)?;
-            for &k in sums {
+            let lanes = self.paired_body(&u, up, &carried, pairs)?;
+            for &k in &pairs.sums {
                 let next = *lanes.get(&back.args[k]).ok_or("a sum left its lanes")?;
                 carried.insert(params[k], next);
             }
@@ -1271,10 +1270,11 @@ impl FnLower<'_, '_> {
         u: &crate::unroll::Unroll,
         up: bool,
         carried: &HashMap<Value, CValue>,
-        forward: bool,
+        pairs: &crate::unroll::Pairs,
     ) -> Result<HashMap<Value, CValue>, String> {
         let f = self.f;
         let body = u.body;
+        let (forward, groups) = (pairs.forward, &pairs.rows);
         let mut lanes: HashMap<Value, CValue> = carried.clone();
         // With `forward`, the vectors of elements accessed so far, by array and indices:
         // every array stored into differs from every other array accessed, so a store
@@ -1282,10 +1282,21 @@ impl FnLower<'_, '_> {
         let mut known: Vec<(Value, &[Value], CValue)> = Vec::new();
         // The vectors of the values the body pops, once its first pop is lowered.
         let mut popped: HashMap<Value, CValue> = HashMap::default();
+        // Each index that moves with the counter at the lower of the two iterations: the
+        // first's (`up`) or one below.
         let mut low: HashMap<Value, CValue> = HashMap::default();
-        // Two columns of a row that move together (`row_pairs`): a load's vector read
+        let lower_index =
+            |me: &mut Self, low: &mut HashMap<Value, CValue>, v: Value| -> Result<CValue, String> {
+                if let Some(&x) = low.get(&v) {
+                    return Ok(x);
+                }
+                let j = me.v(v)?;
+                let x = if up { j } else { me.b.ins().iadd_imm_s(j, -1) };
+                low.insert(v, x);
+                Ok(x)
+            };
+        // Two columns of a row that move together (`pairs.rows`): a load's vector read
         // with its partner's, and a store's vector waiting for its partner's.
-        let groups = crate::unroll::row_pairs(f, u, forward);
         let mut read_early: HashMap<mcir_ir::Inst, CValue> = HashMap::default();
         let mut waiting: Vec<(mcir_ir::Inst, CValue)> = Vec::new();
         for &inst in &f.blocks[body].insts {
@@ -1328,15 +1339,7 @@ impl FnLower<'_, '_> {
                         }
                         continue;
                     }
-                    let start = match low.get(&moving) {
-                        Some(&x) => x,
-                        None => {
-                            let j = self.v(moving)?;
-                            let x = if up { j } else { self.b.ins().iadd_imm_s(j, -1) };
-                            low.insert(moving, x);
-                            x
-                        }
-                    };
+                    let start = lower_index(self, &mut low, moving)?;
                     let mut idx: Vec<CValue> =
                         d.args[1..1 + n_idx].iter().map(|&a| self.v(a)).collect::<Result<_, _>>()?;
                     idx[dim] = start;
@@ -1362,57 +1365,29 @@ impl FnLower<'_, '_> {
                                     || crate::unroll::may_alias(f, w, partner, forward)
                             })
                     });
-                    if let (Some((partner, lower)), Some(next)) = (pair, apart) {
-                        if is_load {
-                            // Both rows' two columns, then each column's two rows.
-                            let (first, second) = if lower {
-                                (addr, next)
-                            } else {
-                                (self.b.ins().iadd_imm_s(addr, -8), self.b.ins().iadd_imm_s(next, -8))
-                            };
-                            let a = self.b.ins().load(types::F64X2, flags(), first, 0);
-                            let b = self.b.ins().load(types::F64X2, flags(), second, 0);
-                            let (lo, hi) = self.interleave(a, b);
-                            let (own, other) = if lower { (lo, hi) } else { (hi, lo) };
-                            if let Some(r) = d.result {
-                                lanes.insert(r, own);
-                            }
-                            if forward {
-                                known.push((d.args[0], element, own));
-                            }
-                            read_early.insert(partner, other);
-                            continue;
+                    // Where the two rows of such a pair begin: at this element, or at its
+                    // left neighbour.
+                    let rows = |me: &mut Self, lower: bool, next: CValue| {
+                        if lower {
+                            (addr, next)
+                        } else {
+                            (me.b.ins().iadd_imm_s(addr, -8), me.b.ins().iadd_imm_s(next, -8))
                         }
-                        let x = vector(self, &lanes, d.args[d.args.len() - 1])?;
-                        if forward {
-                            let differ = |a: Value, b: Value| matches!((f.const_int(a), f.const_int(b)), (Some(x), Some(y)) if x != y);
-                            known.retain(|k| {
-                                k.0 != d.args[0] || k.1.iter().zip(element).any(|(&a, &b)| differ(a, b))
-                            });
-                            known.push((d.args[0], element, x));
-                        }
-                        match waiting.iter().position(|&(w, _)| w == partner) {
-                            None => waiting.push((inst, x)),
-                            Some(k) => {
-                                // Each row's two columns, stored whole.
-                                let (_, y) = waiting.remove(k);
-                                let (left, right) = if lower { (x, y) } else { (y, x) };
-                                let (first, second) = if lower {
-                                    (addr, next)
-                                } else {
-                                    (self.b.ins().iadd_imm_s(addr, -8), self.b.ins().iadd_imm_s(next, -8))
-                                };
-                                let (row_lo, row_hi) = self.interleave(left, right);
-                                self.b.ins().store(flags(), row_lo, first, 0);
-                                self.b.ins().store(flags(), row_hi, second, 0);
-                            }
-                        }
-                        continue;
-                    }
+                    };
                     if is_load {
-                        let x = match apart {
-                            None => self.b.ins().load(types::F64X2, flags(), addr, 0),
-                            Some(next) => {
+                        let x = match (pair, apart) {
+                            (Some((partner, lower)), Some(next)) => {
+                                // Both rows' two columns, then each column's two rows.
+                                let (first, second) = rows(self, lower, next);
+                                let a = self.b.ins().load(types::F64X2, flags(), first, 0);
+                                let b = self.b.ins().load(types::F64X2, flags(), second, 0);
+                                let (lo, hi) = self.interleave(a, b);
+                                let (own, other) = if lower { (lo, hi) } else { (hi, lo) };
+                                read_early.insert(partner, other);
+                                own
+                            }
+                            (_, None) => self.b.ins().load(types::F64X2, flags(), addr, 0),
+                            (_, Some(next)) => {
                                 let lo = self.b.ins().load(types::F64, flags(), addr, 0);
                                 let hi = self.b.ins().load(types::F64, flags(), next, 0);
                                 let v = self.b.ins().splat(types::F64X2, lo);
@@ -1430,17 +1405,30 @@ impl FnLower<'_, '_> {
                         if forward {
                             // An element of the same array survives where an index
                             // is another constant than the store's.
-                            let differ = |a: Value, b: Value| matches!((f.const_int(a), f.const_int(b)), (Some(x), Some(y)) if x != y);
                             known.retain(|k| {
-                                k.0 != d.args[0] || k.1.iter().zip(element).any(|(&a, &b)| differ(a, b))
+                                k.0 != d.args[0] || mcir_ir::memory::distinct_indices(f, k.1, element)
                             });
                             known.push((d.args[0], element, x));
                         }
-                        match apart {
-                            None => {
+                        match (pair, apart) {
+                            (Some((partner, lower)), Some(next)) => {
+                                match waiting.iter().position(|&(w, _)| w == partner) {
+                                    None => waiting.push((inst, x)),
+                                    Some(k) => {
+                                        // Each row's two columns, stored whole.
+                                        let (_, y) = waiting.remove(k);
+                                        let (left, right) = if lower { (x, y) } else { (y, x) };
+                                        let (first, second) = rows(self, lower, next);
+                                        let (row_lo, row_hi) = self.interleave(left, right);
+                                        self.b.ins().store(flags(), row_lo, first, 0);
+                                        self.b.ins().store(flags(), row_hi, second, 0);
+                                    }
+                                }
+                            }
+                            (_, None) => {
                                 self.b.ins().store(flags(), x, addr, 0);
                             }
-                            Some(next) => {
+                            (_, Some(next)) => {
                                 let lo = self.b.ins().extractlane(x, 0);
                                 let hi = self.b.ins().extractlane(x, 1);
                                 self.b.ins().store(flags(), lo, addr, 0);
@@ -1478,25 +1466,12 @@ impl FnLower<'_, '_> {
                 Op::StackPut => {
                     // The two iterations' records, side by side: value k of the lower
                     // iteration at `offset + w · i + k`, of the upper `w` further on.
-                    let index = d.args[2];
-                    let start = match low.get(&index) {
-                        Some(&x) => x,
-                        None => {
-                            let j = self.v(index)?;
-                            let x = if up { j } else { self.b.ins().iadd_imm_s(j, -1) };
-                            low.insert(index, x);
-                            x
-                        }
-                    };
+                    let start = lower_index(self, &mut low, d.args[2])?;
                     let values = &d.args[3..];
                     let width = values.len() as i64;
                     let st = self.v(d.args[0])?;
                     let offset = self.v(d.args[1])?;
-                    let cursor = self.cursors.get(&d.args[1]).copied();
-                    let len = match cursor {
-                        Some((_, end)) => end,
-                        None => self.b.ins().load(P, flags(), st, stack::LEN),
-                    };
+                    let len = self.put_end(d.args[1], st);
                     let scaled = if width == 1 { start } else { self.b.ins().imul_imm_s(start, width) };
                     let first = self.b.ins().iadd(offset, scaled);
                     // Room for both records: `first < len` and `len - first >= 2w`.
@@ -1507,10 +1482,7 @@ impl FnLower<'_, '_> {
                     let site = self.site(d.span);
                     let z = self.zero();
                     self.check(bad, site, FAIL_STACK_PUT, [z, z, z]);
-                    let data = match cursor {
-                        Some((data, _)) => data,
-                        None => self.b.ins().load(P, flags(), st, stack::DATA),
-                    };
+                    let data = self.put_data(d.args[1], st);
                     let off = self.b.ins().ishl_imm_u(first, 3);
                     let addr = self.b.ins().iadd(data, off);
                     for (k, &v) in values.iter().enumerate() {
@@ -1539,26 +1511,14 @@ impl FnLower<'_, '_> {
                             .collect();
                         let width = pops.len() as i64;
                         let st = self.v(stack_value)?;
-                        let cursor = self.pop_cursors.get(&stack_value).copied();
-                        let len = match cursor {
-                            Some((_, var)) => self.b.use_var(var),
-                            None => self.b.ins().load(P, flags(), st, stack::LEN),
-                        };
+                        let len = self.pop_len(stack_value, st);
                         let short = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThan, len, 2 * width);
                         let site = self.site(d.span);
                         let z = self.zero();
                         self.check(short, site, FAIL_EMPTY_STACK, [z, z, z]);
                         let base = self.b.ins().iadd_imm_s(len, -2 * width);
-                        match cursor {
-                            Some((_, var)) => self.b.def_var(var, base),
-                            None => {
-                                self.b.ins().store(flags(), base, st, stack::LEN);
-                            }
-                        }
-                        let data = match cursor {
-                            Some((data, _)) => data,
-                            None => self.b.ins().load(P, flags(), st, stack::DATA),
-                        };
+                        self.set_pop_len(stack_value, st, base);
+                        let data = self.pop_data(stack_value, st);
                         let off = self.b.ins().ishl_imm_u(base, 3);
                         let addr = self.b.ins().iadd(data, off);
                         for (k, &pop) in pops.iter().enumerate() {
@@ -1589,6 +1549,51 @@ impl FnLower<'_, '_> {
             return Err("a store of two columns lost its partner".into());
         }
         Ok(lanes)
+    }
+
+    /// The end of the room a `stack.put` at `offset` writes into, on stack `st`: the end
+    /// of the reservation `offset` comes from where this block made it (`cursors`), else
+    /// the stack's length.
+    fn put_end(&mut self, offset: Value, st: CValue) -> CValue {
+        match self.cursors.get(&offset) {
+            Some(&(_, end)) => end,
+            None => self.b.ins().load(P, flags(), st, stack::LEN),
+        }
+    }
+
+    /// The data of stack `st` for a `stack.put` at `offset` (see `put_end`).
+    fn put_data(&mut self, offset: Value, st: CValue) -> CValue {
+        match self.cursors.get(&offset) {
+            Some(&(data, _)) => data,
+            None => self.b.ins().load(P, flags(), st, stack::DATA),
+        }
+    }
+
+    /// The length of stack `stack` (lowered `st`) where its pops read it: for a stack
+    /// only popped (`popped_only`), the variable it lives in, else the stack's header.
+    fn pop_len(&mut self, stack: Value, st: CValue) -> CValue {
+        match self.pop_cursors.get(&stack) {
+            Some(&(_, var)) => self.b.use_var(var),
+            None => self.b.ins().load(P, flags(), st, stack::LEN),
+        }
+    }
+
+    /// Sets what `pop_len` reads.
+    fn set_pop_len(&mut self, stack: Value, st: CValue, len: CValue) {
+        match self.pop_cursors.get(&stack) {
+            Some(&(_, var)) => self.b.def_var(var, len),
+            None => {
+                self.b.ins().store(flags(), len, st, stack::LEN);
+            }
+        }
+    }
+
+    /// The data of stack `stack` for its pops (see `pop_len`).
+    fn pop_data(&mut self, stack: Value, st: CValue) -> CValue {
+        match self.pop_cursors.get(&stack) {
+            Some(&(data, _)) => data,
+            None => self.b.ins().load(P, flags(), st, stack::DATA),
+        }
     }
 
     /// `[a₀, b₀]` and `[a₁, b₁]`: the low halves of two vectors side by side, and their
@@ -3000,11 +3005,7 @@ impl FnLower<'_, '_> {
             Op::StackPut => {
                 let site = fallible_site(self);
                 let st = args[0];
-                let cursor = self.cursors.get(&d.args[1]).copied();
-                let len = match cursor {
-                    Some((_, end)) => end,
-                    None => self.b.ins().load(P, flags(), st, stack::LEN),
-                };
+                let len = self.put_end(d.args[1], st);
                 // A record of `width` values at `offset + width · i + k`, in reserved room
                 // only: an index past the end is an internal error.
                 let width = args.len().saturating_sub(3).max(1) as i64;
@@ -3021,10 +3022,7 @@ impl FnLower<'_, '_> {
                 };
                 let z = self.zero();
                 self.check(past, site, FAIL_STACK_PUT, [z, z, z]);
-                let data = match cursor {
-                    Some((data, _)) => data,
-                    None => self.b.ins().load(P, flags(), st, stack::DATA),
-                };
+                let data = self.put_data(d.args[1], st);
                 let off = self.b.ins().ishl_imm_u(index, 3);
                 let addr = self.b.ins().iadd(data, off);
                 let lane_type = machine_type(arg_ty(3));
@@ -3040,11 +3038,7 @@ impl FnLower<'_, '_> {
             Op::StackPop | Op::StackPeek => {
                 let site = fallible_site(self);
                 let st = args[0];
-                let cursor = self.pop_cursors.get(&d.args[0]).copied();
-                let len = match cursor {
-                    Some((_, var)) => self.b.use_var(var),
-                    None => self.b.ins().load(P, flags(), st, stack::LEN),
-                };
+                let len = self.pop_len(d.args[0], st);
                 if !self.unchecked_pops.contains(&inst) {
                     // Room for the whole run (`pop_runs`) or this one value.
                     let run = self.pop_runs.get(&inst).copied().unwrap_or(1);
@@ -3054,18 +3048,9 @@ impl FnLower<'_, '_> {
                 }
                 let down = self.b.ins().iadd_imm_s(len, -1);
                 if matches!(d.op, Op::StackPop) {
-                    match cursor {
-                        // See `popped_only`: the length lives in the variable alone.
-                        Some((_, var)) => self.b.def_var(var, down),
-                        None => {
-                            self.b.ins().store(flags(), down, st, stack::LEN);
-                        }
-                    }
+                    self.set_pop_len(d.args[0], st, down);
                 }
-                let data = match cursor {
-                    Some((data, _)) => data,
-                    None => self.b.ins().load(P, flags(), st, stack::DATA),
-                };
+                let data = self.pop_data(d.args[0], st);
                 let off = self.b.ins().imul_imm_s(down, 8);
                 let addr = self.b.ins().iadd(data, off);
                 let t = machine_type(result_ty.ok_or("stack.pop without result")?);

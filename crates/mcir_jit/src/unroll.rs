@@ -254,6 +254,9 @@ pub(crate) struct Pairs {
     /// into must differ from every other array it accesses (`distinct` says so), and
     /// the pairs take such a load's vector from the earlier access instead of memory.
     pub forward: bool,
+    /// The loads and stores that go in and out with a partner, as two columns of a row
+    /// (`row_pairs`).
+    pub rows: std::collections::HashMap<mcir_ir::Inst, (mcir_ir::Inst, bool)>,
 }
 
 /// Whether the copies of `u`'s body can run in pairs, each `f64` value of a pair of
@@ -468,7 +471,8 @@ pub(crate) fn pairs(
             }
         }
     }
-    Some(Pairs { distinct, sums, forward })
+    let rows = row_pairs(f, u, forward);
+    Some(Pairs { distinct, sums, forward, rows })
 }
 
 /// Loads and stores of a body run in vector pairs (`crate::unroll::pairs`) that read or
@@ -543,9 +547,7 @@ pub(crate) fn may_alias(f: &Function, a: mcir_ir::Inst, b: mcir_ir::Inst, forwar
         d.args[1..1 + n].to_vec()
     };
     if da.args[0] == db.args[0] {
-        let differ =
-            |x: &Value, y: &Value| matches!((f.const_int(*x), f.const_int(*y)), (Some(p), Some(q)) if p != q);
-        return !indices(da).iter().zip(&indices(db)).any(|(x, y)| differ(x, y));
+        return !mcir_ir::memory::distinct_indices(f, &indices(da), &indices(db));
     }
     f.value_type(da.args[0]) == f.value_type(db.args[0]) && !forward
 }
