@@ -20,6 +20,7 @@ pub(crate) mod ctx {
     pub const OTHER_BUMP: i32 = 64;
     pub const OTHER_END: i32 = 72;
     pub const IN_TAPE: i32 = 80;
+    pub const ARENA_START: i32 = 88;
 }
 
 /// Offsets into an array header.
@@ -67,6 +68,10 @@ pub(crate) struct Ctx {
     pub other_end: u64,
     /// Non-zero while `bump..bump_end` is the tape region's window.
     pub in_tape: u64,
+    /// Where the arena's current chunk starts (whichever window is current): a release
+    /// to a mark at or above it only moves the bump pointer back, which generated code
+    /// does itself.
+    pub arena_start: u64,
 }
 
 impl Ctx {
@@ -187,8 +192,9 @@ impl Arena {
 
     /// Makes the chunk holding address `mark` current again, so that allocation resumes
     /// at the mark: what was allocated after it is given back (its chunks are kept for
-    /// reuse). Returns the end of that chunk, or `None` if no chunk holds the address.
-    pub fn release(&mut self, mark: u64) -> Option<u64> {
+    /// reuse). Returns the start and end of that chunk, or `None` if no chunk holds the
+    /// address.
+    pub fn release(&mut self, mark: u64) -> Option<(u64, u64)> {
         let mut held = 0u64;
         for (i, c) in self.chunks.iter_mut().enumerate().take(self.current + 1) {
             held = held.saturating_add(c.len() as u64 * 8);
@@ -196,7 +202,7 @@ impl Arena {
             if (start..=end).contains(&mark) {
                 self.current = i;
                 self.held_bytes = held;
-                return Some(end);
+                return Some((start, end));
             }
         }
         None
@@ -307,6 +313,9 @@ pub(crate) fn alloc(ctx: *mut Ctx, bytes: u64, zero: bool) -> Result<*mut u8, Ru
         let (start, end) = rt.window(c.in_tape != 0, size)?;
         c.bump = start;
         c.bump_end = end;
+        if c.in_tape == 0 {
+            c.arena_start = start;
+        }
     }
     let p = c.bump as *mut u8;
     c.bump += size;

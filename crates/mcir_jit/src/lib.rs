@@ -733,6 +733,7 @@ impl Compiled {
                 other_bump: 0,
                 other_end: 0,
                 in_tape: 0,
+                arena_start: bump,
             };
             let (words, state) = args(&mut ctx)?;
             let mut ret: u64 = 0;

@@ -724,8 +724,18 @@ impl FnLower<'_, '_> {
     fn rt_call(&mut self, name: &str, args: &[CValue]) -> Option<CValue> {
         let id = *self.l.runtime.get(name)?;
         let r = self.func_ref(id);
+        // The runtime allocates from `Ctx::bump`: the tape region's window goes there
+        // for the call when allocations take from it.
+        let in_tape = self.in_tape;
+        if in_tape {
+            self.exchange_windows(true);
+        }
         let call = self.b.ins().call(r, args);
-        self.b.inst_results(call).first().copied()
+        let result = self.b.inst_results(call).first().copied();
+        if in_tape {
+            self.exchange_windows(false);
+        }
+        result
     }
 
     /// A call that may fail: on failure, return at once.
@@ -1909,9 +1919,28 @@ impl FnLower<'_, '_> {
     }
 
     /// Makes the tape region's window the one allocations take from (`into_tape`), or
-    /// the arena's again: the two windows in the context change places, and the runtime
-    /// is told which one it refills (`Ctx::in_tape`).
+    /// the arena's again. Inline allocation then bumps the tape region's window where it
+    /// lies in the context (`window_fields`); only around a call into the runtime do the
+    /// two windows change places (`exchange_windows`), so that the runtime, which
+    /// allocates from `Ctx::bump` and refills the region `Ctx::in_tape` names, serves
+    /// the tape region.
     fn swap_windows(&mut self, into_tape: bool) {
+        self.in_tape = into_tape;
+    }
+
+    /// The context's fields of the window allocations take from now: the arena's, or
+    /// the tape region's (see `swap_windows`).
+    fn window_fields(&self) -> (i32, i32) {
+        if self.in_tape {
+            (ctx::OTHER_BUMP, ctx::OTHER_END)
+        } else {
+            (ctx::BUMP, ctx::BUMP_END)
+        }
+    }
+
+    /// The two windows in the context change places, and the runtime is told which one
+    /// it refills.
+    fn exchange_windows(&mut self, into_tape: bool) {
         let fields = [ctx::BUMP, ctx::BUMP_END, ctx::OTHER_BUMP, ctx::OTHER_END];
         let [bump, end, other, other_end] = fields.map(|at| self.b.ins().load(P, flags(), self.ctx, at));
         for (v, at) in
@@ -1921,7 +1950,6 @@ impl FnLower<'_, '_> {
         }
         let flag = self.b.ins().iconst(P, into_tape as i64);
         self.b.ins().store(flags(), flag, self.ctx, ctx::IN_TAPE);
-        self.in_tape = into_tape;
     }
 
     /// Whether lowering `inst` allocates in the tape region: it is marked `tape` (or the
@@ -1951,8 +1979,9 @@ impl FnLower<'_, '_> {
     /// Takes `size` bytes from the arena's window, or from a new window of at least
     /// `bytes` when the window is full.
     fn bump_by(&mut self, bytes: Amount, size: Amount, site: i64) -> CValue {
-        let p = self.b.ins().load(P, flags(), self.ctx, ctx::BUMP);
-        let end = self.b.ins().load(P, flags(), self.ctx, ctx::BUMP_END);
+        let (bump_at, end_at) = self.window_fields();
+        let p = self.b.ins().load(P, flags(), self.ctx, bump_at);
+        let end = self.b.ins().load(P, flags(), self.ctx, end_at);
         let q = self.advance(p, size);
         let full = self.b.ins().icmp(IntCC::UnsignedGreaterThan, q, end);
         let slow = self.b.create_block();
@@ -1961,7 +1990,7 @@ impl FnLower<'_, '_> {
         let out = self.b.append_block_param(join, P);
         self.b.ins().brif(full, slow, &[], fast, &[]);
         self.b.switch_to_block(fast);
-        self.b.ins().store(flags(), q, self.ctx, ctx::BUMP);
+        self.b.ins().store(flags(), q, self.ctx, bump_at);
         self.b.ins().jump(join, &[p.into()]);
         self.b.switch_to_block(slow);
         self.b.set_cold_block(slow);
@@ -1974,9 +2003,9 @@ impl FnLower<'_, '_> {
         // across an allocation (a loop's accumulator) need not leave their registers.
         self.rt_call("alloc_refill", &[self.ctx, s, n]);
         self.status_check();
-        let p2 = self.b.ins().load(P, flags(), self.ctx, ctx::BUMP);
+        let p2 = self.b.ins().load(P, flags(), self.ctx, bump_at);
         let q2 = self.advance(p2, size);
-        self.b.ins().store(flags(), q2, self.ctx, ctx::BUMP);
+        self.b.ins().store(flags(), q2, self.ctx, bump_at);
         self.b.ins().jump(join, &[p2.into()]);
         self.b.switch_to_block(join);
         out
@@ -2057,8 +2086,9 @@ impl FnLower<'_, '_> {
         self.b.ins().brif(small, try_window, &[], done, &[no.into(), null.into()]);
 
         self.b.switch_to_block(try_window);
-        let p = self.b.ins().load(P, flags(), self.ctx, ctx::BUMP);
-        let end = self.b.ins().load(P, flags(), self.ctx, ctx::BUMP_END);
+        let (bump_at, end_at) = self.window_fields();
+        let p = self.b.ins().load(P, flags(), self.ctx, bump_at);
+        let end = self.b.ins().load(P, flags(), self.ctx, end_at);
         let bytes = self.b.ins().ishl_imm_s(n, 3);
         let bytes = self.b.ins().iadd_imm_s(bytes, header);
         let q = self.b.ins().iadd(p, bytes);
@@ -2068,7 +2098,7 @@ impl FnLower<'_, '_> {
         self.b.ins().brif(fits, made, &[], done, &[no.into(), null.into()]);
 
         self.b.switch_to_block(made);
-        self.b.ins().store(flags(), q, self.ctx, ctx::BUMP);
+        self.b.ins().store(flags(), q, self.ctx, bump_at);
         let data = self.b.ins().iadd_imm_s(p, header);
         self.b.ins().store(flags(), data, p, array::DATA);
         self.b.ins().store(flags(), n, p, array::LEN);
@@ -2862,11 +2892,31 @@ impl FnLower<'_, '_> {
             }
             Op::ArenaMark => Some(self.b.ins().load(P, flags(), self.ctx, ctx::BUMP)),
             Op::ArenaRelease => {
-                // Always through the runtime: a call, after which Cranelift reads the
-                // bump pointer afresh. Moved back inline, the pointer would be the mark
-                // again, an array made at it the same address as the last iteration's,
-                // and its header's extents (read-only loads) merged with that array's.
-                self.rt_call("mc_arena_release", &[self.ctx, args[0]]);
+                // A mark in the arena's current chunk (at or above its start, at or below
+                // the bump pointer) is given back by moving the pointer; any other
+                // through the runtime, which makes the mark's chunk current again. The
+                // join after the two ways keeps Cranelift from taking the pointer read
+                // after it for the mark: an array made there would have the mark's
+                // address, and its header's extents (read-only loads) would be merged
+                // with those of the array made there before.
+                let mark = args[0];
+                let start = self.b.ins().load(P, flags(), self.ctx, ctx::ARENA_START);
+                let bump = self.b.ins().load(P, flags(), self.ctx, ctx::BUMP);
+                let above = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, mark, start);
+                let below = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, mark, bump);
+                let here = self.b.ins().band(above, below);
+                let fast = self.b.create_block();
+                let slow = self.b.create_block();
+                let join = self.b.create_block();
+                self.b.ins().brif(here, fast, &[], slow, &[]);
+                self.b.switch_to_block(fast);
+                self.b.ins().store(flags(), mark, self.ctx, ctx::BUMP);
+                self.b.ins().jump(join, &[]);
+                self.b.switch_to_block(slow);
+                self.b.set_cold_block(slow);
+                self.rt_call("mc_arena_release", &[self.ctx, mark]);
+                self.b.ins().jump(join, &[]);
+                self.b.switch_to_block(join);
                 // What the block's piece still holds may lie past the mark: take a new one.
                 self.piece = None;
                 None

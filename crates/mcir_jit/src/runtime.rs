@@ -244,9 +244,10 @@ pub(crate) extern "C" fn mc_poll(ctx: *mut Ctx, site: i64) {
 pub(crate) extern "C" fn mc_arena_release(ctx: *mut Ctx, mark: i64) {
     // SAFETY: the context is valid and exclusive for the call.
     let c = unsafe { &mut *ctx };
-    if let Some(end) = rt(ctx).arena.release(mark as u64) {
+    if let Some((start, end)) = rt(ctx).arena.release(mark as u64) {
         c.bump = mark as u64;
         c.bump_end = end;
+        c.arena_start = start;
     }
 }
 
@@ -261,7 +262,7 @@ pub(crate) extern "C" fn mc_tape_release(ctx: *mut Ctx, mark: i64) {
         rt.tape_used = false;
         c.other_bump = 0;
         c.other_end = 0;
-    } else if let Some(end) = rt.tape.release(mark as u64) {
+    } else if let Some((_, end)) = rt.tape.release(mark as u64) {
         c.other_bump = mark as u64;
         c.other_end = end;
     }
@@ -279,6 +280,9 @@ pub(crate) extern "C" fn mc_refill(ctx: *mut Ctx, site: i64, bytes: i64) {
         let (start, end) = rt(ctx).window(c.in_tape != 0, bytes.div_ceil(8).max(1) * 8)?;
         c.bump = start;
         c.bump_end = end;
+        if c.in_tape == 0 {
+            c.arena_start = start;
+        }
         Ok(())
     })
 }
