@@ -215,13 +215,17 @@ pub(crate) fn counted_headers(f: &Function, edges: &[Vec<Edge>]) -> Vec<Option<C
 /// A counted loop whose counter the reverse pass recomputes instead of reading from the
 /// tape: inside the loop the counter travels as a parameter of the reverse blocks,
 /// stepping back by `step` along the reversed back edge; each edge leaving the loop
-/// records the counter's value once, for the reverse pass to start from.
+/// records the counter's value once, for the reverse pass to start from. A parameter of
+/// the same header that each iteration negates (`sign = -sign`) travels the same way:
+/// negation is exact, so negating again steps it back (`negated`, with no `step`).
 #[derive(Clone, Debug)]
 pub(crate) struct LoopCounter {
     pub header: Block,
     pub latch: Block,
     pub param: Value,
     pub step: i64,
+    /// An `f64` the back edge negates, rather than an integer it steps.
+    pub negated: bool,
     /// The blocks of the loop (the header and every block that reaches the back edge).
     pub region: Vec<bool>,
     /// For a loop `for p in init..bound` (step 1, leaving only when the header finds
@@ -269,7 +273,26 @@ pub(crate) fn loop_counters(
             .any(|(b, d)| region[b.index()] && matches!(d.term, mcir_ir::Terminator::Return(_)));
         if !has_return {
             let range = if step == 1 { range_of(f, h, c, &region) } else { None };
-            out.push(LoopCounter { header: h, latch, param: c.param, step, region, range });
+            // The header's `f64` parameters the back edge passes negated.
+            for (j, &p) in f.blocks[h].params.iter().enumerate() {
+                let Some(&next) = call.args.get(j) else { continue };
+                let negated = j != k
+                    && f.value_type(p) == mcir_ir::TypeTable::F64
+                    && matches!(f.values[next].def, mcir_ir::ValueDef::Inst(i)
+                        if f.insts[i].op == Op::FUnary(mcir_ir::FUnOp::Neg) && f.insts[i].args[0] == p);
+                if negated {
+                    out.push(LoopCounter {
+                        header: h,
+                        latch,
+                        param: p,
+                        step: 0,
+                        negated: true,
+                        region: region.clone(),
+                        range: None,
+                    });
+                }
+            }
+            out.push(LoopCounter { header: h, latch, param: c.param, step, negated: false, region, range });
         }
     }
     out

@@ -542,7 +542,8 @@ impl<'a> Reverse<'a> {
             }
             // The counters of the loops the block is in.
             for c in counters.iter().filter(|c| c.region[b.index()]) {
-                e.func.add_block_param(rb, TypeTable::I64, primal.values[c.param].name.clone());
+                let ty = if c.negated { TypeTable::F64 } else { TypeTable::I64 };
+                e.func.add_block_param(rb, ty, primal.values[c.param].name.clone());
             }
             rblock[b.index()] = rb;
         }
@@ -745,6 +746,16 @@ impl<'a> Reverse<'a> {
             _ => false,
         };
         if !cheap {
+            return None;
+        }
+        // An extent the record would hold once anyway is kept as itself rather than
+        // through its array, unless the record holds the array already: a record that
+        // holds an array keeps its memory alive until the reverse pass (a recursive
+        // call's fresh argument, say, which the caller could otherwise give back).
+        if matches!(d.op, Op::ArrayDim(_))
+            && self.fw_entry_values.contains(&fv)
+            && !self.slot_of.contains_key(&d.args[0])
+        {
             return None;
         }
         let mut args = Vec::with_capacity(d.args.len());
@@ -1722,13 +1733,15 @@ impl<'a> Reverse<'a> {
             if !c.region[edge.from.index()] {
                 continue;
             }
-            let (param, step, header, latch) = (c.param, c.step, c.header, c.latch);
+            let (param, step, header, latch, negated) = (c.param, c.step, c.header, c.latch, c.negated);
             let value = if c.region[b.index()] {
                 let here = *self
                     .counter_params
                     .get(&param)
                     .ok_or_else(|| self.err("a counter is missing".into()))?;
-                if b == header && edge.from == latch {
+                if b == header && edge.from == latch && negated {
+                    self.e.neg(here)
+                } else if b == header && edge.from == latch {
                     let s = self.e.iconst(step);
                     self.e.val(Op::IBinary(mcir_ir::IBinOp::Sub), vec![here, s], TypeTable::I64)
                 } else {
@@ -1741,13 +1754,15 @@ impl<'a> Reverse<'a> {
                     Some(s) => s,
                     None => {
                         let name = self.primal.values[param].name.clone().unwrap_or_else(|| "counter".into());
-                        let s = self.new_slot(None, TypeTable::I64, format!("{name}_exit"), false);
+                        let ty = if negated { TypeTable::F64 } else { TypeTable::I64 };
+                        let s = self.new_slot(None, ty, format!("{name}_exit"), false);
                         self.counter_slots[k] = Some(s);
                         s
                     }
                 };
                 let stack = self.slots[slot].rev_stack;
-                self.e.val(Op::StackPop, vec![stack], TypeTable::I64)
+                let ty = self.slots[slot].ty;
+                self.e.val(Op::StackPop, vec![stack], ty)
             };
             args.push(value);
         }

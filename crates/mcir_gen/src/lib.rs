@@ -183,7 +183,7 @@ impl Gen<'_, '_> {
     fn statement(&mut self, scope: &mut Scope, indent: usize) {
         let nested = scope.depth < 2;
         let e = |g: &mut Self, s: &Scope| g.real(s, 2);
-        match self.src.below(48) {
+        match self.src.below(49) {
             0 | 1 => {
                 let v = self.name("t");
                 let value = e(self, scope);
@@ -631,6 +631,30 @@ impl Gen<'_, '_> {
                     ),
                 );
                 self.line(indent, "}");
+            }
+            48 if nested => {
+                // A value each iteration negates (`w = -w`, the sign of an alternating
+                // series, here carrying a derivative): the reverse pass negates it back
+                // instead of reading it from the tape, through an inner loop, and after
+                // an early exit from the loop.
+                let (i, j, w) = (self.name("i"), self.name("j"), self.name("w"));
+                let value = e(self, scope);
+                self.line(indent, &format!("let mut {w} = tanh({value});"));
+                self.line(indent, &format!("for {i} in 0..len(x) {{"));
+                if self.src.chance(50) {
+                    self.line(indent + 1, &format!("for {j} in 0..{i} % 3 {{"));
+                    self.line(indent + 2, &format!("acc += {w} * x[{j}] * 0.1;"));
+                    self.line(indent + 1, "}");
+                } else {
+                    self.line(indent + 1, &format!("acc += {w} * sin(x[{i}]) * 0.25;"));
+                }
+                if self.src.chance(33) {
+                    let t = self.src.threshold();
+                    self.line(indent + 1, &format!("if x[{i}] > {t} {{ break; }}"));
+                }
+                self.line(indent + 1, &format!("{w} = -{w};"));
+                self.line(indent, "}");
+                self.line(indent, &format!("acc += {w} * 0.1;"));
             }
             41 => {
                 // A helper with a branch and a loop, called once.

@@ -51,9 +51,11 @@
 //! their memory from the call's tape region, which no release gives back. What the
 //! result may hold is found backwards from each returned value, and from each value
 //! pushed onto a stack, through the fields of records, tuples and cells, the aggregates
-//! a value is read out of, the values passed to a block parameter, and the arguments of
-//! a call whose result it is (the callee's result may hold them); an entry parameter
-//! was made before the call. Such a pass then takes a mark as it begins and releases it
+//! a value is read out of, the values passed to a block parameter, and those arguments
+//! of a call whose result it is that the callee's result may hold (which parameters a
+//! function's result may hold is solved for over the call graph: a determinant's record
+//! holds the minor's shadow it was given, not the minor); an entry parameter was made
+//! before the call. Such a pass then takes a mark as it begins and releases it
 //! before each return, as above, when:
 //!
 //! - it stores no value that is not a scalar into a reference or mutable struct and
@@ -106,6 +108,8 @@ pub struct Escapes {
     tape_results: std::collections::HashSet<String>,
     /// The same, by function.
     tape_result: Vec<bool>,
+    /// Which parameters each function's result may hold (see [`params_held`]).
+    holds_param: Vec<Vec<bool>>,
     /// The module's types, for the shapes of values made of scalars alone (tuples and
     /// immutable structs of them), which a release keeps by reading them out before it
     /// and making them again after.
@@ -138,7 +142,8 @@ impl Escapes {
         let mut stores_given: Vec<bool> = module.funcs.values().map(stores_into_given).collect();
         spread(&mut stores_given);
         let is_recursive: Vec<bool> = module.funcs.keys().map(|id| graph.is_recursive(id)).collect();
-        let held = tape_results(module, &stores_given, &is_recursive, &spread);
+        let holds_param = params_held(module, &callers);
+        let held = tape_results(module, &stores_given, &is_recursive, &holds_param, &spread);
         let tape_result: Vec<bool> = held.iter().map(Option::is_some).collect();
         let mut keeps = vec![false; n];
         let mut makes_arrays = vec![false; n];
@@ -172,6 +177,7 @@ impl Escapes {
             stores_given,
             tape_results,
             tape_result,
+            holds_param,
             types: module.types.clone(),
         }
     }
@@ -267,10 +273,11 @@ struct Held {
 
 /// The values of `f` that its result may reach, and what it pushes onto stacks (the
 /// reverse pass pops it): from each returned value back through the fields of the
-/// records, tuples and cells it is made of, the arguments of the calls it comes from (a
-/// callee's result may hold them), the aggregates it is read out of and the values
-/// passed to the block parameter it is. An entry parameter was made before the call.
-fn held_by_result(f: &Function) -> Held {
+/// records, tuples and cells it is made of, the arguments of the calls it comes from
+/// that the callee's result may hold (`holds_param`: see [`params_held`]), the
+/// aggregates it is read out of and the values passed to the block parameter it is. An
+/// entry parameter was made before the call.
+fn held_by_result(f: &Function, holds_param: &[Vec<bool>]) -> Held {
     let mut values = vec![false; f.values.len()];
     let mut callees = Vec::new();
     let mut work: Vec<Value> = Vec::new();
@@ -310,7 +317,16 @@ fn held_by_result(f: &Function) -> Held {
             ValueDef::Inst(i) => {
                 let d = &f.insts[i];
                 match d.op {
-                    Op::Call(g) => callees.push(g),
+                    Op::Call(g) => {
+                        callees.push(g);
+                        let held = holds_param.get(g.index());
+                        for (k, &a) in d.args.iter().enumerate() {
+                            if held.is_none_or(|h| h.get(k).copied().unwrap_or(true)) {
+                                hold(a, &mut values, &mut work);
+                            }
+                        }
+                        continue;
+                    }
                     // What was pushed is held already, or was pushed before the call.
                     Op::StackPop | Op::StackPeek | Op::Unset => continue,
                     Op::TupleNew | Op::StructNew(_) | Op::RefNew => {}
@@ -327,6 +343,35 @@ fn held_by_result(f: &Function) -> Held {
     Held { values, callees }
 }
 
+/// For each function, which of its parameters its result may hold, as `held_by_result`
+/// finds them: the least solution, from "none" upwards, of the equations the functions'
+/// calls make (a recursive call holds what the callee's result holds). Exact for the
+/// functions whose results go to the tape region, which store no value into memory;
+/// for any other function the answer is never used, since a forward pass that holds
+/// the result of a call to one does not qualify.
+fn params_held(module: &Module, callers: &[Vec<usize>]) -> Vec<Vec<bool>> {
+    let funcs: Vec<&Function> = module.funcs.values().collect();
+    let mut holds: Vec<Vec<bool>> =
+        funcs.iter().map(|f| vec![false; f.blocks[f.entry()].params.len()]).collect();
+    let mut queued = vec![true; funcs.len()];
+    let mut work: Vec<usize> = (0..funcs.len()).rev().collect();
+    while let Some(c) = work.pop() {
+        queued[c] = false;
+        let f = funcs[c];
+        let held = held_by_result(f, &holds);
+        let now: Vec<bool> = f.blocks[f.entry()].params.iter().map(|p| held.values[p.index()]).collect();
+        if now != holds[c] {
+            holds[c] = now;
+            for &caller in &callers[c] {
+                if !std::mem::replace(&mut queued[caller], true) {
+                    work.push(caller);
+                }
+            }
+        }
+    }
+    holds
+}
+
 /// What the results of the forward passes made in the tape region may hold (`None` for
 /// every other function). Those passes are each one that
 /// qualifies, would still make an array in the arena so marked (else nothing would be
@@ -341,6 +386,7 @@ fn tape_results(
     module: &Module,
     stores_given: &[bool],
     is_recursive: &[bool],
+    holds_param: &[Vec<bool>],
     spread: &dyn Fn(&mut Vec<bool>),
 ) -> Vec<Option<Held>> {
     let n = module.funcs.len();
@@ -356,7 +402,7 @@ fn tape_results(
                 !stores_or_marks(f, &d.op, &d.args, |_| true)
                     && !matches!(d.op, Op::Call(g) if stores_given.get(g.index()).copied().unwrap_or(true))
             });
-        let held = local.then(|| held_by_result(f));
+        let held = local.then(|| held_by_result(f, holds_param));
         for data in f.blocks.values() {
             for &i in &data.insts {
                 let d = &f.insts[i];
@@ -427,7 +473,7 @@ fn makes_array(op: &Op) -> bool {
 pub fn for_engines(f: &Function, escapes: &Escapes) -> Option<Function> {
     let in_tape = escapes.result_in_tape(f);
     // What the result may hold, and the room of every stack, from the tape region.
-    let held = in_tape.then(|| held_by_result(f));
+    let held = in_tape.then(|| held_by_result(f, &escapes.holds_param));
     let flagged = held.as_ref().map(|held| {
         let mut g = f.clone();
         for d in g.insts.values_mut() {
@@ -1196,6 +1242,33 @@ mod tests {
             crate::parse::parse_module(&format!("struct g$tape {{ kept: f64[], inner: g$tape }}\n\n{out}"))
                 .expect("parses");
         assert_eq!(crate::print::print_function(&again, &again.funcs[FuncId::new(0)]), out);
+    }
+
+    /// A recursive forward pass that makes two arrays for its recursive call and keeps
+    /// `kept` (one of its parameters `%v_0`, `%dv_1`) in its record.
+    fn recursion_keeping(kept: &str) -> String {
+        format!(
+            "struct g$tape {{ kept: f64[], inner: g$tape }}\n\nfn @g$fwd(%v_0: f64[], %dv_1: f64[], %n_2: i64) -> (f64, g$tape) {{\nbb0:\n    %z_3: i64 = iconst 0\n    %c_4: bool = icmp le %n_2, %z_3\n    %u_5: g$tape = unset\n    br %c_4, bb1, bb2\nbb1:\n    %e_6: f64 = array.sum %v_0\n    %r_7: g$tape = struct.new g$tape {kept}, %u_5\n    %p_8: (f64, g$tape) = tuple.new %e_6, %r_7\n    ret %p_8\nbb2:\n    %one_9: i64 = iconst 1\n    %m_10: i64 = isub %n_2, %one_9\n    %k_11: i64 = iconst 100\n    %h_12: f64 = fconst 0.5\n    %t_13: f64[] = array.fill %h_12, %k_11\n    %dt_14: f64[] = array.fill %h_12, %k_11\n    %q_15: (f64, g$tape) = call @g$fwd(%t_13, %dt_14, %m_10)\n    %w_16: f64 = tuple.get 0 %q_15\n    %i_17: g$tape = tuple.get 1 %q_15\n    %r_18: g$tape = struct.new g$tape {kept}, %i_17\n    %p_19: (f64, g$tape) = tuple.new %w_16, %r_18\n    ret %p_19\n}}\n"
+        )
+    }
+
+    #[test]
+    fn only_the_arguments_a_callee_keeps_go_to_the_tape_region() {
+        // The record keeps the shadow `%dv_1`: the recursive call's record holds the
+        // array passed as it, not the one passed as `%v_0`, which stays in the arena and
+        // is given back as the call returns.
+        let made_in_tape = |out: &str, name: &str| {
+            let line = out.lines().find(|l| l.trim_start().starts_with(name)).expect("the array is made");
+            line.contains("= tape array.fill")
+        };
+        let out = releases(&recursion_keeping("%dv_1"), 0).expect("reclaimed");
+        assert!(!made_in_tape(&out, "%t_"), "{out}");
+        assert!(made_in_tape(&out, "%dt_"), "{out}");
+        assert_eq!(out.matches("arena.release").count(), 2, "{out}");
+        // Kept the other way round, the other array goes to the tape region.
+        let out = releases(&recursion_keeping("%v_0"), 0).expect("reclaimed");
+        assert!(made_in_tape(&out, "%t_"), "{out}");
+        assert!(!made_in_tape(&out, "%dt_"), "{out}");
     }
 
     #[test]
