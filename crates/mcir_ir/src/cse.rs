@@ -1,6 +1,8 @@
-//! Common-subexpression elimination: a pure operation (one that cannot fail, reads no
-//! memory and allocates nothing) on the same operands as one in a dominating position is
-//! that one's value. Inlining leaves many (`rk4`'s step computes `0.5 * h` once per
+//! Common-subexpression elimination: a pure operation (one that reads no memory,
+//! allocates nothing, and either cannot fail or fails on its operands alone, as integer
+//! arithmetic that overflows does) on the same operands as one in a dominating position
+//! is that one's value: where the first did not stop the program, the repeat would not
+//! either (`hi - lo`, tested and then halved, is checked once). Inlining leaves many (`rk4`'s step computes `0.5 * h` once per
 //! stage), and they matter to derivatives more than to the primal: Cranelift merges them
 //! in the primal's machine code by itself, but each copy a primal keeps is a value the
 //! forward pass may tape and the reverse pass differentiates on its own.
@@ -39,7 +41,7 @@ impl OpKey {
             Op::IBinary(o) => *o as u64,
             Op::IUnary(o) => *o as u64,
             Op::FCmp(c) | Op::ICmp(c) | Op::BCmp(c) => *c as u64,
-            Op::FPowI | Op::Not | Op::IToF | Op::Select | Op::Load | Op::TrustedLoad => 0,
+            Op::FPowI | Op::Not | Op::IToF | Op::FToI | Op::Select | Op::Load | Op::TrustedLoad => 0,
             Op::TupleGet(k) => u64::from(*k),
             Op::ArrayDim(k) => u64::from(*k),
             Op::StructGet(s, k) => ((s.index() as u64) << 32) | u64::from(*k),
@@ -68,7 +70,7 @@ impl Operands {
 /// The key of `op` if it is pure in the sense above.
 fn key(types: &TypeTable, op: &Op) -> Option<OpKey> {
     let pure = op.is_scalar_arith()
-        || matches!(op, Op::TupleGet(_) | Op::ArrayDim(_))
+        || matches!(op, Op::IBinary(_) | Op::IUnary(_) | Op::FToI | Op::TupleGet(_) | Op::ArrayDim(_))
         || matches!(op, Op::StructGet(s, _) if !types.struct_def(*s).mutable);
     if pure {
         OpKey::of(op)
@@ -221,5 +223,33 @@ bb2:
         assert!(!bb1.contains("fmul"), "{text}");
         assert!(bb1.contains("fconst 0.5"), "{text}");
         assert_eq!(text.matches("fsub %h_0, %4").count(), 2, "{text}");
+    }
+
+    #[test]
+    fn checked_integer_arithmetic_repeated_below_is_the_first() {
+        // `hi - lo` tested, then halved: where the first subtraction did not overflow,
+        // the second cannot, so it is the first one's value. A division that may fail is
+        // merged the same way; an addition on other operands stays.
+        let text = run("fn @f(%lo_0: i64, %hi_1: i64) -> i64 {
+bb0:
+    %2: i64 = isub %hi_1, %lo_0
+    %3: i64 = iconst 1
+    %4: bool = icmp eq %2, %3
+    br %4, bb1, bb2
+bb1:
+    ret %lo_0
+bb2:
+    %5: i64 = isub %hi_1, %lo_0
+    %6: i64 = iconst 2
+    %7: i64 = idiv %5, %6
+    %8: i64 = idiv %5, %6
+    %9: i64 = iadd %lo_0, %7
+    %10: i64 = iadd %9, %8
+    ret %10
+}
+");
+        assert_eq!(text.matches("isub").count(), 1, "{text}");
+        assert_eq!(text.matches("idiv").count(), 1, "{text}");
+        assert_eq!(text.matches("iadd").count(), 2, "{text}");
     }
 }
