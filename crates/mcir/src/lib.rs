@@ -285,21 +285,17 @@ impl Program {
 
     /// The IR as native code compiles it: after optimisation, with loops around a
     /// reduction run several iterations side by side (`mcc ir --native`,
-    /// `mcir_ir::jam`), and loops giving back their iterations' memory
-    /// (`mcir_ir::reclaim`).
+    /// `mcir_ir::jam`), loops giving back their iterations' memory
+    /// (`mcir_ir::reclaim`), and loops checking constant columns copied to skip those
+    /// checks (`mcir_ir::version`).
     pub fn native_ir_text(&self, func: Option<FuncId>) -> String {
         match func {
             Some(f) => native_text(&self.module, f),
             None => {
                 let mut module = self.module.clone();
                 let escapes = mcir_ir::reclaim::Escapes::of(&self.module);
-                for (id, f) in self.module.funcs.iter() {
-                    let compiled = mcir_ir::jam::as_compiled(&self.module, f);
-                    if let Some(r) = mcir_ir::reclaim::for_engines(&compiled, &escapes) {
-                        module.funcs[id] = r;
-                    } else if let std::borrow::Cow::Owned(j) = compiled {
-                        module.funcs[id] = j;
-                    }
+                for id in self.module.funcs.keys() {
+                    module.funcs[id] = native_function(&self.module, id, &escapes);
                 }
                 mcir_ir::print_module(&module)
             }
@@ -394,9 +390,16 @@ pub fn native_text(module: &Module, id: FuncId) -> String {
 /// [`native_text`] with the module's `escapes` (`mcir_ir::reclaim::Escapes::of`) made
 /// once, for printing many of its functions.
 pub fn native_text_with(module: &Module, id: FuncId, escapes: &mcir_ir::reclaim::Escapes) -> String {
+    mcir_ir::print_function(module, &native_function(module, id, escapes))
+}
+
+/// Function `id` of `module` as native code compiles it: loops around a reduction run
+/// side by side (`mcir_ir::jam`), loops giving back their iterations' memory
+/// (`mcir_ir::reclaim`), and loops checking constant columns copied to skip those checks
+/// (`mcir_ir::version`), as `mcir_jit` lowers it.
+fn native_function(module: &Module, id: FuncId, escapes: &mcir_ir::reclaim::Escapes) -> mcir_ir::Function {
     let compiled = mcir_ir::jam::as_compiled(module, &module.funcs[id]);
-    match mcir_ir::reclaim::for_engines(&compiled, escapes) {
-        Some(f) => mcir_ir::print_function(module, &f),
-        None => mcir_ir::print_function(module, &compiled),
-    }
+    let reclaimed = mcir_ir::reclaim::for_engines(&compiled, escapes);
+    let reclaimed = reclaimed.as_ref().unwrap_or(&*compiled);
+    mcir_ir::version::version_loops(reclaimed).unwrap_or_else(|| reclaimed.clone())
 }

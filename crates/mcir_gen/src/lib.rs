@@ -183,7 +183,7 @@ impl Gen<'_, '_> {
     fn statement(&mut self, scope: &mut Scope, indent: usize) {
         let nested = scope.depth < 2;
         let e = |g: &mut Self, s: &Scope| g.real(s, 2);
-        match self.src.below(49) {
+        match self.src.below(50) {
             0 | 1 => {
                 let v = self.name("t");
                 let value = e(self, scope);
@@ -655,6 +655,24 @@ impl Gen<'_, '_> {
                 self.line(indent + 1, &format!("{w} = -{w};"));
                 self.line(indent, "}");
                 self.line(indent, &format!("acc += {w} * 0.1;"));
+            }
+            49 if nested => {
+                // Rows of `m` picked by arithmetic on the counter, read at constant
+                // columns under a branch: native code runs a copy of the loop that skips
+                // the column checks, behind tests of `m`'s extent in front of it.
+                let (i, r, a) = (self.name("i"), self.name("r"), self.name("a"));
+                let value = e(self, scope);
+                let k = scope.small_ints[self.src.below(scope.small_ints.len())].clone();
+                let t = self.src.threshold();
+                self.line(indent, &format!("for {i} in 0..len(x) {{"));
+                self.line(indent + 1, &format!("let {r} = ({i} * 3 + {k}) % size(m, 0);"));
+                self.line(indent + 1, &format!("let {a} = m[{r}, 0] * x[{i}] + m[{r}, 1] * tanh({value});"));
+                self.line(indent + 1, &format!("if {a} > {t} {{"));
+                self.line(indent + 2, &format!("acc += tanh({a}) * m[{r}, 2] * 0.1;"));
+                self.line(indent + 1, "} else {");
+                self.line(indent + 2, &format!("acc += m[{r}, 3] * 0.05 * {a};"));
+                self.line(indent + 1, "}");
+                self.line(indent, "}");
             }
             41 => {
                 // A helper with a branch and a loop, called once.

@@ -501,6 +501,11 @@ impl Function {
     /// value in a loop is the same value in an iteration, so the earlier check is of this
     /// iteration's index.
     ///
+    /// A branch on `k < array.dim d a` (a constant `k >= 0`) whose taken edge is the only
+    /// way into its block from outside what that block dominates counts as a check of
+    /// `a` at `k` along `d` there (the tests in front of a versioned loop,
+    /// `crate::version`).
+    ///
     /// Only for code in which no access moves any more (native lowering): a pass that
     /// moved an access above the one that checked it would lose the check, which is why
     /// [`Function::trust_proven_indices`] does not use these.
@@ -513,6 +518,22 @@ impl Function {
         const KEPT: usize = 8;
         let mut seen: std::collections::HashMap<(Value, usize, Value), Vec<Block>> = Default::default();
         let mut constants: std::collections::HashMap<(Value, usize), Vec<(Block, i64)>> = Default::default();
+        for &b in &cfg.rpo {
+            let Terminator::Branch { cond, then_dest, else_dest } = &self.blocks[b].term else { continue };
+            let Some(test) = self.defining(*cond).filter(|t| t.op == Op::ICmp(CmpOp::Lt)) else { continue };
+            let [k, extent] = test.args.as_slice() else { continue };
+            let Some(k) = self.const_int(*k).filter(|&k| k >= 0) else { continue };
+            let Some(dim) = self.defining(*extent) else { continue };
+            let (Op::ArrayDim(d), Some(&a)) = (&dim.op, dim.args.first()) else { continue };
+            // The taken edge is the only way in from outside the blocks it enters (a loop
+            // header's other edges come back from its body).
+            let entered = then_dest.block;
+            let only_way_in = entered != else_dest.block
+                && cfg.preds[entered.index()].iter().all(|&p| p == b || cfg.dominates(entered, p));
+            if only_way_in {
+                constants.entry((a, usize::from(*d))).or_default().push((entered, k));
+            }
+        }
         for &b in &cfg.rpo {
             for &inst in &self.blocks[b].insts {
                 let d = &self.insts[inst];

@@ -29,6 +29,7 @@ pub mod simplify;
 pub mod specialise;
 pub mod types;
 pub mod verify;
+pub mod version;
 
 pub use function::{
     Block, BlockCall, BlockData, CustomRule, FuncId, Function, Inst, InstData, Module, RuleKind, Span,

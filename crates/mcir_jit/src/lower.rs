@@ -638,7 +638,10 @@ impl<'a> Lowering<'a> {
         let compiled = mcir_ir::jam::as_compiled(self.module, &self.module.funcs[func]);
         // Loops give back their iterations' memory, as on the interpreter.
         let reclaimed = mcir_ir::reclaim::for_engines(&compiled, self.escapes);
-        let f = reclaimed.as_ref().unwrap_or(&*compiled);
+        let reclaimed = reclaimed.as_ref().unwrap_or(&*compiled);
+        // Loops checking constant columns get a copy that skips those checks.
+        let versioned = mcir_ir::version::version_loops(reclaimed);
+        let f = versioned.as_ref().unwrap_or(reclaimed);
         let returns_fields = self.in_registers.get(func.index()).copied().unwrap_or(false);
         clif.signature = signature(self.jit, &self.module.types, f, returns_fields);
         clif.name = UserFuncName::user(0, func.index() as u32);

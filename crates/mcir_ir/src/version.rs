@@ -1,0 +1,393 @@
+//! Loop versioning on the extents a loop's accesses check against constants. A loop
+//! reading `cams[c, 1]`, `cams[c, 4]` and `pts[p, 2]`, with rows picked anew in each
+//! iteration, checks each constant column against its array's extent in every
+//! iteration, though neither the column nor the extent changes. Such a loop gets a
+//! copy that skips those checks, entered through tests made once in front of the loop
+//! (`4 < size(cams, 1)`, `2 < size(pts, 1)`): when every test passes, no check the copy
+//! skips could fail, and the copy runs; otherwise the loop runs as written, and stops
+//! where it would have stopped. Rows and every other index keep their checks in both.
+//!
+//! The copy's accesses are proven in bounds along those dimensions by
+//! [`Function::proofs_in_place`], which takes `k < array.dim d a` on the only edge into
+//! a block as a check of `a` at constant `k` along `d` for the blocks that edge
+//! dominates. Both engines could run the result (it computes what the loop computes);
+//! only native code does, where the skipped checks are work.
+//!
+//! A loop qualifies when it is innermost, entered from one block outside it, and left
+//! for one block that only it enters (so the values it leaves with become that block's
+//! parameters, passed by whichever copy ran); when it has at least
+//! [`MIN_CHECKS_SKIPPED`] such checks per iteration, on arrays made before it; and
+//! when it is at most [`MAX_VERSIONED_INSTS`] instructions long, so that code grows by
+//! a bounded amount.
+
+use crate::cfg::ControlFlow;
+use crate::entity::EntityRef;
+use crate::function::*;
+use crate::op::{CmpOp, Op};
+use crate::types::{TypeId, TypeTable};
+use std::collections::BTreeMap;
+
+/// The fewest checks against constants one iteration must make for a loop to be copied.
+pub const MIN_CHECKS_SKIPPED: usize = 3;
+
+/// The longest loop (in instructions) that is copied.
+pub const MAX_VERSIONED_INSTS: usize = 160;
+
+/// The most loops of one function that are copied.
+const MAX_VERSIONED_LOOPS: usize = 8;
+
+/// A loop to copy, and the tests that choose the copy.
+struct Plan {
+    header: Block,
+    body: Vec<bool>,
+    /// The block in front of the loop, and the exit.
+    pre: Block,
+    exit: Block,
+    /// For each array and dimension, the largest constant an access checks against it.
+    tests: BTreeMap<(Value, usize), i64>,
+}
+
+/// `f` with its qualifying loops versioned (see the module docs), or `None` when no loop
+/// qualifies.
+pub fn version_loops(f: &Function) -> Option<Function> {
+    let cfg = ControlFlow::compute(f);
+    let plans = plans(f, &cfg);
+    if plans.is_empty() {
+        return None;
+    }
+    let mut g = f.clone();
+    for plan in &plans {
+        version(&mut g, plan);
+    }
+    let order = ControlFlow::compute(&g).rpo;
+    Some(g.into_rebuilt(&order))
+}
+
+fn plans(f: &Function, cfg: &ControlFlow) -> Vec<Plan> {
+    let depth = cfg.loop_depths();
+    let proofs = f.proofs_in_place();
+    let n = f.blocks.len();
+    let mut out = Vec::new();
+    for &h in &cfg.rpo {
+        if out.len() >= MAX_VERSIONED_LOOPS {
+            break;
+        }
+        let latches: Vec<Block> = cfg.latches(h).collect();
+        if latches.is_empty() || h == f.entry() {
+            continue;
+        }
+        let mut body = vec![false; n];
+        body[h.index()] = true;
+        let mut work = latches.clone();
+        while let Some(b) = work.pop() {
+            if !std::mem::replace(&mut body[b.index()], true) {
+                work.extend(cfg.preds[b.index()].iter().copied().filter(|&p| cfg.is_reachable(p)));
+            }
+        }
+        let inside = |b: Block| body.get(b.index()).copied().unwrap_or(false);
+        let blocks: Vec<Block> = (0..n).map(Block::new).filter(|&b| inside(b)).collect();
+        // Innermost: every block of the loop is as deep as its header.
+        if blocks.iter().any(|b| depth[b.index()] != depth[h.index()]) {
+            continue;
+        }
+        // One way in, by one edge.
+        let outside: Vec<Block> = cfg.preds[h.index()].iter().copied().filter(|&p| !inside(p)).collect();
+        let [pre] = outside.as_slice() else { continue };
+        if f.blocks[*pre].term.successors().filter(|s| s.block == h).count() != 1 {
+            continue;
+        }
+        // One way out, into a block only the loop enters.
+        let mut exits: Vec<Block> = blocks
+            .iter()
+            .flat_map(|&b| f.blocks[b].term.successors().map(|s| s.block))
+            .filter(|&s| !inside(s))
+            .collect();
+        exits.sort();
+        exits.dedup();
+        let [exit] = exits.as_slice() else { continue };
+        if cfg.preds[exit.index()].iter().any(|&p| !inside(p)) || *exit == f.entry() {
+            continue;
+        }
+        let size: usize = blocks.iter().map(|&b| f.blocks[b].insts.len()).sum();
+        if size > MAX_VERSIONED_INSTS {
+            continue;
+        }
+        // The checks against constants, of arrays made before the loop.
+        let made_before = |v: Value| match f.values[v].def {
+            ValueDef::Param(b, _) => !inside(b),
+            ValueDef::Inst(i) => !blocks.iter().any(|&b| f.blocks[b].insts.contains(&i)),
+        };
+        let mut tests: BTreeMap<(Value, usize), i64> = BTreeMap::new();
+        let mut skipped = 0;
+        for &b in &blocks {
+            for &i in &f.blocks[b].insts {
+                let d = &f.insts[i];
+                let n_idx = match d.op {
+                    Op::Load => d.args.len().saturating_sub(1),
+                    Op::Store => d.args.len().saturating_sub(2),
+                    _ => continue,
+                };
+                let a = d.args[0];
+                if !made_before(a) {
+                    continue;
+                }
+                let proven = proofs.in_bounds.get(&i);
+                for dim in 0..n_idx {
+                    if proven.is_some_and(|p| p.get(dim).copied().unwrap_or(false)) {
+                        continue;
+                    }
+                    if let Some(k) = f.const_int(d.args[1 + dim]).filter(|&k| k >= 0) {
+                        let t = tests.entry((a, dim)).or_insert(k);
+                        *t = (*t).max(k);
+                        skipped += 1;
+                    }
+                }
+            }
+        }
+        if skipped < MIN_CHECKS_SKIPPED {
+            continue;
+        }
+        out.push(Plan { header: h, body: body.clone(), pre: *pre, exit: *exit, tests });
+    }
+    out
+}
+
+/// Copies the loop of `plan` and puts the tests in front of both copies.
+fn version(g: &mut Function, plan: &Plan) {
+    let inside = |b: Block| plan.body.get(b.index()).copied().unwrap_or(false);
+    let blocks: Vec<Block> = (0..plan.body.len()).map(Block::new).filter(|&b| inside(b)).collect();
+    // The copy: blocks, parameters and instructions, with the loop's own values renamed.
+    let mut block_map: std::collections::HashMap<Block, Block> = Default::default();
+    let mut value_map: std::collections::HashMap<Value, Value> = Default::default();
+    for &b in &blocks {
+        let nb = g.add_block();
+        block_map.insert(b, nb);
+        for p in g.blocks[b].params.clone() {
+            let (ty, name) = (g.values[p].ty, g.values[p].name.clone());
+            let np = g.add_block_param(nb, ty, name);
+            value_map.insert(p, np);
+        }
+    }
+    for &b in &blocks {
+        for &i in &g.blocks[b].insts.clone() {
+            if let Some(r) = g.insts[i].result {
+                let v = g.values.push(g.values[r].clone());
+                value_map.insert(r, v);
+            }
+        }
+    }
+    let map_value = |v: Value| value_map.get(&v).copied().unwrap_or(v);
+    for &b in &blocks {
+        let nb = block_map[&b];
+        for i in g.blocks[b].insts.clone() {
+            let mut d = g.insts[i].clone();
+            d.args = d.args.iter().map(|&a| map_value(a)).collect();
+            d.result = d.result.map(map_value);
+            let ni = g.insts.push(d);
+            if let Some(r) = g.insts[ni].result {
+                g.values[r].def = ValueDef::Inst(ni);
+            }
+            g.blocks[nb].insts.push(ni);
+        }
+        let term = g.blocks[b].term.mapped(map_value, |t| block_map.get(&t).copied().unwrap_or(t));
+        let span = g.blocks[b].term_span;
+        g.set_terminator(nb, term, span);
+    }
+    // What the loop leaves with becomes a parameter of the exit, passed by either copy.
+    let defined: std::collections::HashSet<Value> = value_map.keys().copied().collect();
+    let mut live_out: Vec<Value> = Vec::new();
+    for (b, data) in g.blocks.iter() {
+        if inside(b) || block_map.values().any(|&c| c == b) {
+            continue;
+        }
+        let used = data.insts.iter().flat_map(|&i| g.insts[i].args.iter().copied()).chain(data.term.uses());
+        for v in used {
+            if defined.contains(&v) && !live_out.contains(&v) {
+                live_out.push(v);
+            }
+        }
+    }
+    let mut exit_params: std::collections::HashMap<Value, Value> = Default::default();
+    for &v in &live_out {
+        let (ty, name) = (g.values[v].ty, g.values[v].name.clone());
+        let p = g.add_block_param(plan.exit, ty, name);
+        exit_params.insert(v, p);
+    }
+    for &b in &blocks {
+        for (from, copy) in [(b, false), (block_map[&b], true)] {
+            let mut term = g.blocks[from].term.clone();
+            for s in term.successors_mut() {
+                if s.block == plan.exit {
+                    s.args.extend(live_out.iter().map(|&v| if copy { map_value(v) } else { v }));
+                }
+            }
+            g.blocks[from].term = term;
+        }
+    }
+    if !exit_params.is_empty() {
+        for (b, _) in g.blocks.clone().iter() {
+            if inside(b) || block_map.values().any(|&c| c == b) || b == plan.exit {
+                continue;
+            }
+            for i in g.blocks[b].insts.clone() {
+                for a in g.insts[i].args.iter_mut() {
+                    if let Some(&p) = exit_params.get(a) {
+                        *a = p;
+                    }
+                }
+            }
+            let term = g.blocks[b].term.mapped(|v| exit_params.get(&v).copied().unwrap_or(v), |t| t);
+            g.blocks[b].term = term;
+        }
+        for i in g.blocks[plan.exit].insts.clone() {
+            for a in g.insts[i].args.iter_mut() {
+                if let Some(&p) = exit_params.get(a) {
+                    *a = p;
+                }
+            }
+        }
+        let term = g.blocks[plan.exit].term.mapped(|v| exit_params.get(&v).copied().unwrap_or(v), |t| t);
+        g.blocks[plan.exit].term = term;
+    }
+    // The tests, one block each, between the block in front and the two headers: the
+    // first that fails goes to the loop as written, through one block of its own so
+    // that the loop keeps one way in.
+    let header_params: Vec<(TypeId, Option<String>)> =
+        g.blocks[plan.header].params.iter().map(|&p| (g.values[p].ty, g.values[p].name.clone())).collect();
+    let span = g.blocks[plan.header].term_span;
+    let new_block = |g: &mut Function| {
+        let b = g.add_block();
+        let params: Vec<Value> =
+            header_params.iter().map(|(ty, name)| g.add_block_param(b, *ty, name.clone())).collect();
+        (b, params)
+    };
+    let (written, written_params) = new_block(g);
+    g.set_terminator(written, Terminator::Jump(BlockCall { block: plan.header, args: written_params }), span);
+    let copy_header = block_map[&plan.header];
+    let mut tests: Vec<((Value, usize), i64)> = plan.tests.iter().map(|(&k, &v)| (k, v)).collect();
+    tests.reverse();
+    // Built from the last test back, each test block passing on to the one after it.
+    let mut next = copy_header;
+    for ((array, dim), k) in tests {
+        let (t, params) = new_block(g);
+        let extent = g.push_inst(t, Op::ArrayDim(dim as u8), vec![array], Some(TypeTable::I64), span);
+        let bound = g.push_inst(t, Op::IConst(k), vec![], Some(TypeTable::I64), span);
+        let (Some(extent), Some(bound)) = (extent, bound) else { continue };
+        let Some(ok) = g.push_inst(t, Op::ICmp(CmpOp::Lt), vec![bound, extent], Some(TypeTable::BOOL), span)
+        else {
+            continue;
+        };
+        g.set_terminator(
+            t,
+            Terminator::Branch {
+                cond: ok,
+                then_dest: BlockCall { block: next, args: params.clone() },
+                else_dest: BlockCall { block: written, args: params },
+            },
+            span,
+        );
+        next = t;
+    }
+    let mut term = g.blocks[plan.pre].term.clone();
+    for s in term.successors_mut() {
+        if s.block == plan.header {
+            s.block = next;
+        }
+    }
+    g.blocks[plan.pre].term = term;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::version_loops;
+    use crate::entity::EntityRef;
+
+    const GATHER: &str = "fn @main(%p_0: f64[,], %idx_1: i64[], %w_2: f64[]) -> f64 {
+bb0:
+    %s_3: f64 = fconst 0.0
+    %4: i64 = iconst 0
+    %5: i64 = array.dim 0 %idx_1
+    jump bb1(%4, %s_3)
+bb1(%k_6: i64, %s_7: f64):
+    %8: bool = icmp lt %k_6, %5
+    br %8, bb3, bb2
+bb2:
+    ret %s_7
+bb3:
+    %r_9: i64 = load.trusted %idx_1[%k_6]
+    %10: f64 = load %w_2[%k_6]
+    %s_11: f64 = fadd %s_7, %10
+    %12: i64 = iconst 0
+    %13: f64 = load %p_0[%r_9, %12]
+    %14: f64 = fmul %13, %10
+    %15: i64 = iconst 1
+    %16: f64 = load %p_0[%r_9, %15]
+    %17: f64 = fadd %14, %16
+    %s_18: f64 = fadd %s_11, %17
+    %19: i64 = iconst 2
+    %20: f64 = load %p_0[%r_9, %19]
+    %21: f64 = fconst 0.25
+    %22: f64 = fmul %20, %21
+    %23: i64 = iconst 3
+    %24: f64 = load %p_0[%r_9, %23]
+    %25: f64 = fconst 0.5
+    %26: f64 = fmul %24, %25
+    %27: f64 = fadd %22, %26
+    %s_28: f64 = fadd %s_18, %27
+    %29: i64 = iadd %k_6, %15
+    jump bb1(%29, %s_28)
+}
+";
+
+    /// The function of `text` versioned, verified, and printed.
+    fn versioned(text: &str) -> Option<(crate::Function, String)> {
+        let m = crate::parse_module(text).expect("parses");
+        let g = version_loops(&m.funcs[crate::FuncId::new(0)])?;
+        if let Err(e) = crate::verify::verify_function(&m, &g) {
+            panic!("{e}");
+        }
+        let printed = crate::print::print_function(&m, &g);
+        Some((g, printed))
+    }
+
+    /// The loads whose index along `dim` is proven in bounds where they stand.
+    fn proven_along(g: &crate::Function, dim: usize) -> usize {
+        let proofs = g.proofs_in_place();
+        g.insts
+            .iter()
+            .filter(|(i, d)| {
+                d.op == crate::Op::Load && proofs.in_bounds.get(i).is_some_and(|p| p.get(dim) == Some(&true))
+            })
+            .count()
+    }
+
+    #[test]
+    fn a_loop_reading_constant_columns_gets_a_copy_without_their_checks() {
+        let (g, text) = versioned(GATHER).expect("versioned");
+        // One test in front: 3 < size(p, 1), the largest column read.
+        assert_eq!(text.matches("array.dim 1 %p_0").count(), 1, "{text}");
+        assert!(text.contains("iconst 3"), "{text}");
+        assert_eq!(text.matches("load %p_0[").count(), 8, "{text}");
+        // The copy's four reads have their columns proven; the loop as written proves
+        // none of its own (column 0 does not cover columns 1 to 3).
+        assert_eq!(proven_along(&g, 1), 4, "{text}");
+        // What the loop leaves with reaches the return from either copy.
+        assert_eq!(text.matches("ret %").count(), 1, "{text}");
+    }
+
+    #[test]
+    fn loops_with_few_checks_or_two_ways_out_stay_as_they_are() {
+        // Two columns only.
+        let few = GATHER
+            .replace("%24: f64 = load %p_0[%r_9, %23]", "%24: f64 = fconst 0.5")
+            .replace("%20: f64 = load %p_0[%r_9, %19]", "%20: f64 = fconst 0.5");
+        assert!(versioned(&few).is_none());
+        // Left early, to a block of its own.
+        let early = GATHER.replace(
+            "    %29: i64 = iadd %k_6, %15\n    jump bb1(%29, %s_28)",
+            "    %29: i64 = iadd %k_6, %15\n    %30: bool = fcmp gt %s_28, %21\n    br %30, bb4, bb1(%29, %s_28)\nbb4:\n    ret %s_28",
+        );
+        assert!(early.contains("bb4:"));
+        assert!(versioned(&early).is_none());
+    }
+}
