@@ -35,8 +35,32 @@ pub const MAX_GROWTH: usize = 2000;
 /// `module` with function `entry` compiled for arguments of the given shapes (`None`
 /// for an argument whose shape is not fixed, or that is not an array), then cleaned as
 /// a program is after inlining (`crate::hoist::fold_and_hoist`).
+///
+/// Only the call made from outside runs the specialised code: when the function can
+/// call itself (directly or through others), those calls, which may pass arrays of other
+/// shapes (a determinant's minors), go to a generic copy of it (`f$generic`, with the
+/// function's hand-written rules).
 pub fn specialise(module: &Module, entry: FuncId, shapes: &[Option<Vec<usize>>]) -> Module {
     let mut out = module.clone();
+    if crate::callgraph::CallGraph::new(module).is_recursive(entry) {
+        let mut generic = module.funcs[entry].clone();
+        generic.name = format!("{}$generic", generic.name);
+        let copy = out.add_function(generic);
+        for f in out.funcs.values_mut() {
+            for d in f.insts.values_mut() {
+                if d.op == Op::Call(entry) {
+                    d.op = Op::Call(copy);
+                }
+            }
+        }
+        let rules: Vec<CustomRule> = out
+            .rules
+            .iter()
+            .filter(|r| r.func == entry)
+            .map(|r| CustomRule { func: copy, kind: r.kind.clone() })
+            .collect();
+        out.rules.extend(rules);
+    }
     let f = std::mem::replace(&mut out.funcs[entry], Function::new("", &[], None));
     let mut f = unroll_short_loops(fix_extents(f, &module.types, shapes));
     // Indices the known extents now prove in bounds are checked no more.
