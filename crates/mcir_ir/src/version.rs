@@ -193,16 +193,17 @@ fn version(g: &mut Function, plan: &Plan) {
         let span = g.blocks[b].term_span;
         g.set_terminator(nb, term, span);
     }
-    // What the loop leaves with becomes a parameter of the exit, passed by either copy.
-    let defined: std::collections::HashSet<Value> = value_map.keys().copied().collect();
+    // What the loop leaves with becomes a parameter of the exit, passed by either copy:
+    // the blocks outside both copies, which the exit dominates, read that parameter.
+    let copies: std::collections::HashSet<Block> = block_map.values().copied().collect();
+    let outside: Vec<Block> =
+        g.blocks.iter().map(|(b, _)| b).filter(|&b| !inside(b) && !copies.contains(&b)).collect();
     let mut live_out: Vec<Value> = Vec::new();
-    for (b, data) in g.blocks.iter() {
-        if inside(b) || block_map.values().any(|&c| c == b) {
-            continue;
-        }
+    for &b in &outside {
+        let data = &g.blocks[b];
         let used = data.insts.iter().flat_map(|&i| g.insts[i].args.iter().copied()).chain(data.term.uses());
         for v in used {
-            if defined.contains(&v) && !live_out.contains(&v) {
+            if value_map.contains_key(&v) && !live_out.contains(&v) {
                 live_out.push(v);
             }
         }
@@ -225,10 +226,7 @@ fn version(g: &mut Function, plan: &Plan) {
         }
     }
     if !exit_params.is_empty() {
-        for (b, _) in g.blocks.clone().iter() {
-            if inside(b) || block_map.values().any(|&c| c == b) || b == plan.exit {
-                continue;
-            }
+        for &b in &outside {
             for i in g.blocks[b].insts.clone() {
                 for a in g.insts[i].args.iter_mut() {
                     if let Some(&p) = exit_params.get(a) {
@@ -239,15 +237,6 @@ fn version(g: &mut Function, plan: &Plan) {
             let term = g.blocks[b].term.mapped(|v| exit_params.get(&v).copied().unwrap_or(v), |t| t);
             g.blocks[b].term = term;
         }
-        for i in g.blocks[plan.exit].insts.clone() {
-            for a in g.insts[i].args.iter_mut() {
-                if let Some(&p) = exit_params.get(a) {
-                    *a = p;
-                }
-            }
-        }
-        let term = g.blocks[plan.exit].term.mapped(|v| exit_params.get(&v).copied().unwrap_or(v), |t| t);
-        g.blocks[plan.exit].term = term;
     }
     // The tests, one block each, between the block in front and the two headers: the
     // first that fails goes to the loop as written, through one block of its own so
@@ -272,20 +261,22 @@ fn version(g: &mut Function, plan: &Plan) {
         let (t, params) = new_block(g);
         let extent = g.push_inst(t, Op::ArrayDim(dim as u8), vec![array], Some(TypeTable::I64), span);
         let bound = g.push_inst(t, Op::IConst(k), vec![], Some(TypeTable::I64), span);
-        let (Some(extent), Some(bound)) = (extent, bound) else { continue };
-        let Some(ok) = g.push_inst(t, Op::ICmp(CmpOp::Lt), vec![bound, extent], Some(TypeTable::BOOL), span)
-        else {
-            continue;
+        let ok = match (bound, extent) {
+            (Some(bound), Some(extent)) => {
+                g.push_inst(t, Op::ICmp(CmpOp::Lt), vec![bound, extent], Some(TypeTable::BOOL), span)
+            }
+            _ => None,
         };
-        g.set_terminator(
-            t,
-            Terminator::Branch {
-                cond: ok,
+        // (Each instruction above has a result; were one missing, the test would fail.)
+        let term = match ok {
+            Some(cond) => Terminator::Branch {
+                cond,
                 then_dest: BlockCall { block: next, args: params.clone() },
                 else_dest: BlockCall { block: written, args: params },
             },
-            span,
-        );
+            None => Terminator::Jump(BlockCall { block: written, args: params }),
+        };
+        g.set_terminator(t, term, span);
         next = t;
     }
     let mut term = g.blocks[plan.pre].term.clone();
