@@ -25,7 +25,7 @@ use crate::entity::EntityRef;
 use crate::function::*;
 use crate::op::{CmpOp, Op};
 use crate::types::{TypeId, TypeTable};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 /// The fewest checks against constants one iteration must make for a loop to be copied.
 pub const MIN_CHECKS_SKIPPED: usize = 3;
@@ -39,7 +39,7 @@ const MAX_VERSIONED_LOOPS: usize = 8;
 /// A loop to copy, and the tests that choose the copy.
 struct Plan {
     header: Block,
-    body: Vec<bool>,
+    body: HashSet<Block>,
     /// The block in front of the loop, and the exit.
     pre: Block,
     exit: Block,
@@ -65,27 +65,20 @@ pub fn version_loops(f: &Function) -> Option<Function> {
 
 fn plans(f: &Function, cfg: &ControlFlow) -> Vec<Plan> {
     let depth = cfg.loop_depths();
-    let proofs = f.proofs_in_place();
-    let n = f.blocks.len();
+    // What dominating accesses prove already, worked out once a loop might qualify.
+    let mut proofs: Option<crate::bounds::Proofs> = None;
     let mut out = Vec::new();
     for &h in &cfg.rpo {
         if out.len() >= MAX_VERSIONED_LOOPS {
             break;
         }
-        let latches: Vec<Block> = cfg.latches(h).collect();
-        if latches.is_empty() || h == f.entry() {
+        if cfg.latches(h).next().is_none() || h == f.entry() {
             continue;
         }
-        let mut body = vec![false; n];
-        body[h.index()] = true;
-        let mut work = latches.clone();
-        while let Some(b) = work.pop() {
-            if !std::mem::replace(&mut body[b.index()], true) {
-                work.extend(cfg.preds[b.index()].iter().copied().filter(|&p| cfg.is_reachable(p)));
-            }
-        }
-        let inside = |b: Block| body.get(b.index()).copied().unwrap_or(false);
-        let blocks: Vec<Block> = (0..n).map(Block::new).filter(|&b| inside(b)).collect();
+        let body = cfg.loop_blocks(h);
+        let inside = |b: Block| body.contains(&b);
+        let mut blocks: Vec<Block> = body.iter().copied().collect();
+        blocks.sort();
         // Innermost: every block of the loop is as deep as its header.
         if blocks.iter().any(|b| depth[b.index()] != depth[h.index()]) {
             continue;
@@ -112,13 +105,18 @@ fn plans(f: &Function, cfg: &ControlFlow) -> Vec<Plan> {
         if size > MAX_VERSIONED_INSTS {
             continue;
         }
-        // The checks against constants, of arrays made before the loop.
-        let made_before = |v: Value| match f.values[v].def {
-            ValueDef::Param(b, _) => !inside(b),
-            ValueDef::Inst(i) => !blocks.iter().any(|&b| f.blocks[b].insts.contains(&i)),
-        };
-        let mut tests: BTreeMap<(Value, usize), i64> = BTreeMap::new();
-        let mut skipped = 0;
+        // The checked accesses at constant indices, into arrays made before the loop.
+        let made_inside: HashSet<Value> = blocks
+            .iter()
+            .flat_map(|&b| {
+                f.blocks[b]
+                    .params
+                    .iter()
+                    .copied()
+                    .chain(f.blocks[b].insts.iter().filter_map(|&i| f.insts[i].result))
+            })
+            .collect();
+        let mut checks: Vec<(Inst, Value, usize, i64)> = Vec::new();
         for &b in &blocks {
             for &i in &f.blocks[b].insts {
                 let d = &f.insts[i];
@@ -127,35 +125,44 @@ fn plans(f: &Function, cfg: &ControlFlow) -> Vec<Plan> {
                     Op::Store => d.args.len().saturating_sub(2),
                     _ => continue,
                 };
-                let a = d.args[0];
-                if !made_before(a) {
+                if made_inside.contains(&d.args[0]) {
                     continue;
                 }
-                let proven = proofs.in_bounds.get(&i);
                 for dim in 0..n_idx {
-                    if proven.is_some_and(|p| p.get(dim).copied().unwrap_or(false)) {
-                        continue;
-                    }
                     if let Some(k) = f.const_int(d.args[1 + dim]).filter(|&k| k >= 0) {
-                        let t = tests.entry((a, dim)).or_insert(k);
-                        *t = (*t).max(k);
-                        skipped += 1;
+                        checks.push((i, d.args[0], dim, k));
                     }
                 }
             }
         }
+        if checks.len() < MIN_CHECKS_SKIPPED {
+            continue;
+        }
+        // Those that no dominating access has made already.
+        let proofs = proofs.get_or_insert_with(|| f.proofs_in_place());
+        let mut tests: BTreeMap<(Value, usize), i64> = BTreeMap::new();
+        let mut skipped = 0;
+        for (i, a, dim, k) in checks {
+            if proofs.in_bounds.get(&i).is_some_and(|p| p.get(dim).copied().unwrap_or(false)) {
+                continue;
+            }
+            let t = tests.entry((a, dim)).or_insert(k);
+            *t = (*t).max(k);
+            skipped += 1;
+        }
         if skipped < MIN_CHECKS_SKIPPED {
             continue;
         }
-        out.push(Plan { header: h, body: body.clone(), pre: *pre, exit: *exit, tests });
+        out.push(Plan { header: h, pre: *pre, exit: *exit, tests, body });
     }
     out
 }
 
 /// Copies the loop of `plan` and puts the tests in front of both copies.
 fn version(g: &mut Function, plan: &Plan) {
-    let inside = |b: Block| plan.body.get(b.index()).copied().unwrap_or(false);
-    let blocks: Vec<Block> = (0..plan.body.len()).map(Block::new).filter(|&b| inside(b)).collect();
+    let inside = |b: Block| plan.body.contains(&b);
+    let mut blocks: Vec<Block> = plan.body.iter().copied().collect();
+    blocks.sort();
     // The copy: blocks, parameters and instructions, with the loop's own values renamed.
     let mut block_map: std::collections::HashMap<Block, Block> = Default::default();
     let mut value_map: std::collections::HashMap<Value, Value> = Default::default();

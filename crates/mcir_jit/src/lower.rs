@@ -209,7 +209,7 @@ struct FnLower<'a, 'b> {
     /// arena, taken at the first of them: the bytes they take in all, then the piece and
     /// the offset of the next allocation in it.
     block_bytes: i64,
-    /// Whether allocations now take from the tape region (see `swap_windows`).
+    /// Whether allocations now take from the tape region (see `allocate_in_tape`).
     in_tape: bool,
     piece: Option<(CValue, i64)>,
     /// Records (tuples and structs of many fields) of the block being lowered whose
@@ -854,7 +854,7 @@ impl FnLower<'_, '_> {
             }
             let tape = self.takes_tape(inst);
             if tape {
-                self.swap_windows(true);
+                self.allocate_in_tape(true);
             }
             if d.args.iter().any(|a| self.fused.contains_key(a)) {
                 self.fused_loop(inst, &data.insts)?;
@@ -862,7 +862,7 @@ impl FnLower<'_, '_> {
                 self.inst(inst)?;
             }
             if tape {
-                self.swap_windows(false);
+                self.allocate_in_tape(false);
             }
             if let Some(r) = d.result {
                 self.store_early_fields(r)?;
@@ -1927,12 +1927,12 @@ impl FnLower<'_, '_> {
     /// two windows change places (`exchange_windows`), so that the runtime, which
     /// allocates from `Ctx::bump` and refills the region `Ctx::in_tape` names, serves
     /// the tape region.
-    fn swap_windows(&mut self, into_tape: bool) {
+    fn allocate_in_tape(&mut self, into_tape: bool) {
         self.in_tape = into_tape;
     }
 
     /// The context's fields of the window allocations take from now: the arena's, or
-    /// the tape region's (see `swap_windows`).
+    /// the tape region's (see `allocate_in_tape`).
     fn window_fields(&self) -> (i32, i32) {
         if self.in_tape {
             (ctx::OTHER_BUMP, ctx::OTHER_END)
@@ -2867,11 +2867,11 @@ impl FnLower<'_, '_> {
                         } else {
                             // Used as a whole (passed on, stored): the tuple in memory.
                             if d.in_tape {
-                                self.swap_windows(true);
+                                self.allocate_in_tape(true);
                             }
                             let block = self.alloc(8 * results.len() as i64, site);
                             if d.in_tape {
-                                self.swap_windows(false);
+                                self.allocate_in_tape(false);
                             }
                             for (k, &v) in results.iter().enumerate() {
                                 self.b.ins().store(flags(), v, block, 8 * k as i32);
@@ -2924,7 +2924,7 @@ impl FnLower<'_, '_> {
                 self.piece = None;
                 None
             }
-            // Marks are never taken between the swaps of `swap_windows`: the tape
+            // Marks are never taken while allocations go to the tape region: the tape
             // region's window is the other one.
             Op::TapeMark => Some(self.b.ins().load(P, flags(), self.ctx, ctx::OTHER_BUMP)),
             Op::TapeRelease => {
