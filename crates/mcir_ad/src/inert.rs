@@ -41,10 +41,72 @@ pub(crate) fn bypass_inert_loops(mut rev: Function) -> Function {
     if inert.is_empty() {
         return rev;
     }
+    let mut subst: std::collections::HashMap<Value, Value> = std::collections::HashMap::new();
     for l in inert {
         rev.blocks[l.pre].term = Terminator::Jump(l.exit);
+        subst.extend(l.invariant);
     }
-    rev.into_simplified_cfg()
+    if !subst.is_empty() {
+        // Through nested loops bypassed together: an inner loop's parameter may hold
+        // an outer one's.
+        rev.map_uses(|mut v| {
+            while let Some(&w) = subst.get(&v) {
+                v = w;
+            }
+            v
+        });
+    }
+    drop_unread_stacks(rev.into_simplified_cfg())
+}
+
+/// `rev` without the pops and peeks of stacks whose every pop and peek reads a value
+/// nothing uses (the trip count of a loop that was bypassed): nothing reads those
+/// stacks any more, so the forward pass need not fill them.
+fn drop_unread_stacks(mut rev: Function) -> Function {
+    let mut used: HashSet<Value> = HashSet::new();
+    let mut read_by_other: HashSet<Value> = HashSet::new();
+    let mut popped: HashSet<Value> = HashSet::new();
+    for (_, data) in rev.blocks.iter() {
+        for &i in &data.insts {
+            let d = &rev.insts[i];
+            used.extend(d.args.iter().copied());
+            match d.op {
+                Op::StackPop | Op::StackPeek => {
+                    popped.insert(d.args[0]);
+                }
+                _ => read_by_other.extend(d.args.iter().copied()),
+            }
+        }
+        used.extend(data.term.uses());
+        read_by_other.extend(data.term.uses());
+    }
+    let mut unread: HashSet<Value> = popped.difference(&read_by_other).copied().collect();
+    if unread.is_empty() {
+        return rev;
+    }
+    for (_, data) in rev.blocks.iter() {
+        for &i in &data.insts {
+            let d = &rev.insts[i];
+            if matches!(d.op, Op::StackPop | Op::StackPeek) && d.result.is_some_and(|r| used.contains(&r)) {
+                unread.remove(&d.args[0]);
+            }
+        }
+    }
+    if unread.is_empty() {
+        return rev;
+    }
+    let blocks: Vec<Block> = rev.blocks.keys().collect();
+    for b in blocks {
+        let insts = std::mem::take(&mut rev.blocks[b].insts);
+        rev.blocks[b].insts = insts
+            .into_iter()
+            .filter(|&i| {
+                let d = &rev.insts[i];
+                !(matches!(d.op, Op::StackPop | Op::StackPeek) && unread.contains(&d.args[0]))
+            })
+            .collect();
+    }
+    rev
 }
 
 /// A loop of the reverse pass that only reads.
@@ -54,6 +116,8 @@ struct InertLoop {
     body: HashSet<Block>,
     /// The stacks it pops or peeks.
     stacks: HashSet<Value>,
+    /// Header parameters every iteration passes on unchanged, with the value they hold.
+    invariant: Vec<(Value, Value)>,
 }
 
 /// The loop headed by `h`, if it only reads and defines nothing used after it (whether
@@ -71,6 +135,19 @@ fn inert_loop(f: &Function, cfg: &ControlFlow, h: Block) -> Option<InertLoop> {
     if !matches!(&f.blocks[*pre].term, Terminator::Jump(c) if c.block == h) {
         return None;
     }
+    // A header parameter that every edge from inside passes on unchanged holds what the
+    // preheader passed: it may be read after the loop, as that value.
+    let Terminator::Jump(entry) = &f.blocks[*pre].term else { return None };
+    let params = &f.blocks[h].params;
+    let invariant: Vec<(Value, Value)> = params
+        .iter()
+        .enumerate()
+        .filter(|&(k, &p)| {
+            body.iter()
+                .all(|&b| f.blocks[b].term.successors().all(|c| c.block != h || c.args.get(k) == Some(&p)))
+        })
+        .filter_map(|(k, &p)| Some((p, *entry.args.get(k)?)))
+        .collect();
     let mut defined: HashSet<Value> = HashSet::new();
     let mut stacks: HashSet<Value> = HashSet::new();
     for &b in &body {
@@ -79,7 +156,7 @@ fn inert_loop(f: &Function, cfg: &ControlFlow, h: Block) -> Option<InertLoop> {
         if !cfg.dominates(h, b) {
             return None;
         }
-        defined.extend(f.blocks[b].params.iter().copied());
+        defined.extend(f.blocks[b].params.iter().copied().filter(|p| !invariant.iter().any(|(q, _)| q == p)));
         for &i in &f.blocks[b].insts {
             let d = &f.insts[i];
             let reads_only = match &d.op {
@@ -135,7 +212,13 @@ fn inert_loop(f: &Function, cfg: &ControlFlow, h: Block) -> Option<InertLoop> {
     // The exit's arguments are defined outside the loop (checked above) and used in a
     // block of it, which the header dominates, so they dominate the header and hence
     // its only way in, the preheader: the preheader can jump to the exit with them.
-    Some(InertLoop { pre: *pre, exit: exit?, body, stacks })
+    let mut exit = exit?;
+    for a in exit.args.iter_mut() {
+        if let Some(&(_, v)) = invariant.iter().find(|(p, _)| p == a) {
+            *a = v;
+        }
+    }
+    Some(InertLoop { pre: *pre, exit, body, stacks, invariant })
 }
 
 /// The fields of tape struct `tape` that `rev` reads.

@@ -62,7 +62,7 @@ pub(crate) fn record_invariants_once(module: &mut Module, rule: &RuleIds) {
     for v in nf.values.keys().collect::<Vec<_>>() {
         nf.values[v].ty = map.of(nf.values[v].ty);
     }
-    for i in nf.insts.keys().collect::<Vec<_>>() {
+    for i in placed(&nf) {
         let d = &mut nf.insts[i];
         match d.op {
             Op::StructNew(s) if s == rule.tape_sid => {
@@ -102,7 +102,7 @@ pub(crate) fn record_invariants_once(module: &mut Module, rule: &RuleIds) {
     }
     let mut subst: HashMap<Value, Value> = HashMap::new();
     let mut dropped = HashSet::new();
-    for i in nr.insts.keys().collect::<Vec<_>>() {
+    for i in placed(&nr) {
         let d = &mut nr.insts[i];
         match d.op {
             Op::StructGet(s, j) if s == rule.tape_sid => {
@@ -176,6 +176,12 @@ pub(crate) fn record_invariants_once(module: &mut Module, rule: &RuleIds) {
     let result = wr.push_inst(e, Op::Call(nested_rev_id), args, rev.ret, span);
     wr.set_terminator(e, Terminator::Return(result), span);
     module.funcs[rule.rev] = wr;
+}
+
+/// The instructions of `f`'s blocks. Those a pass removed stay in the arena, and may
+/// read fields of the record that no longer exist.
+fn placed(f: &Function) -> Vec<mcir_ir::Inst> {
+    f.blocks.values().flat_map(|d| d.insts.iter().copied()).collect()
 }
 
 /// What qualifies a rule, and what it records once.

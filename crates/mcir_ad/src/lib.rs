@@ -30,6 +30,7 @@ mod inert;
 mod invariant;
 mod jacobian;
 mod linearize;
+mod linearize_loops;
 pub mod pushforward;
 mod record;
 mod reverse;
@@ -276,8 +277,8 @@ fn derive_function(
     // A copy of the primal is made only where counting trips or linearizing branches
     // changes it (a straight-line function of 10⁵ lines is not copied).
     let counted_primal = match analysis::count_loop_trips(primal) {
-        Some(counted) => Some(linearize::linearize_branches(counted)),
-        None if linearize::has_branches(primal) => Some(linearize::linearize_branches(primal.clone())),
+        Some(counted) => Some(linearize_loops::linearize_all(counted)),
+        None if linearize::has_branches(primal) => Some(linearize_loops::linearize_all(primal.clone())),
         None => None,
     };
     let primal = counted_primal.as_ref().unwrap_or(primal);

@@ -29,7 +29,7 @@ const MAX_ARM_INSTS: usize = 48;
 
 /// A partial derivative while it is built: zero and one stay symbolic.
 #[derive(Clone, Copy, PartialEq)]
-enum Coef {
+pub(crate) enum Coef {
     Zero,
     One,
     Of(Value),
@@ -42,8 +42,9 @@ struct Arm {
     args: Vec<Value>,
 }
 
-/// `f` with every branch that qualifies (see the module docs) linearized.
-pub(crate) fn linearize_branches(mut f: Function) -> Function {
+/// `f` with every branch that qualifies (see the module docs) and whose head is `within`
+/// linearized.
+pub(crate) fn linearize_branches(mut f: Function, within: &dyn Fn(Block) -> bool) -> Function {
     if !has_branches(&f) {
         return f;
     }
@@ -61,6 +62,9 @@ pub(crate) fn linearize_branches(mut f: Function) -> Function {
     let mut subst = HashMap::new();
     let mut reads = Vec::new();
     for h in heads {
+        if !within(h) {
+            continue;
+        }
         let Some((join, arms)) = diamond(&f, h, &preds) else { continue };
         linearize(&mut f, h, join, &arms, &mut subst, &mut reads);
     }
@@ -119,7 +123,7 @@ fn diamond(f: &Function, h: Block, preds: &HashMap<Block, usize>) -> Option<(Blo
 }
 
 /// Whether forward mode through `op` is done here.
-fn supported(f: &Function, op: &Op, result: Option<Value>) -> bool {
+pub(crate) fn supported(f: &Function, op: &Op, result: Option<Value>) -> bool {
     let is_f64 = result.is_some_and(|r| f.value_type(r) == TypeTable::F64);
     match op {
         Op::FBinary(FBinOp::Add | FBinOp::Sub | FBinOp::Mul | FBinOp::Div) => true,
@@ -280,12 +284,12 @@ fn linearize(
 }
 
 /// Emits forward-mode arithmetic into a block, folding what zero and one make trivial.
-struct Emitter<'a> {
-    f: &'a mut Function,
-    block: Block,
+pub(crate) struct Emitter<'a> {
+    pub(crate) f: &'a mut Function,
+    pub(crate) block: Block,
     /// Instructions made, to be placed before the block's terminator.
-    out: Vec<mcir_ir::Inst>,
-    span: mcir_ir::Span,
+    pub(crate) out: Vec<mcir_ir::Inst>,
+    pub(crate) span: mcir_ir::Span,
 }
 
 impl Emitter<'_> {
@@ -297,7 +301,7 @@ impl Emitter<'_> {
         v
     }
 
-    fn materialise(&mut self, c: Coef) -> Value {
+    pub(crate) fn materialise(&mut self, c: Coef) -> Value {
         match c {
             Coef::Zero => self.emit(Op::FConst(0.0), vec![]),
             Coef::One => self.emit(Op::FConst(1.0), vec![]),
@@ -305,7 +309,7 @@ impl Emitter<'_> {
         }
     }
 
-    fn add(&mut self, a: Coef, b: Coef) -> Coef {
+    pub(crate) fn add(&mut self, a: Coef, b: Coef) -> Coef {
         match (a, b) {
             (Coef::Zero, x) | (x, Coef::Zero) => x,
             (a, b) => {
@@ -326,7 +330,7 @@ impl Emitter<'_> {
     }
 
     /// `c · v` for a primal value `v`.
-    fn scale(&mut self, c: Coef, v: Value) -> Coef {
+    pub(crate) fn scale(&mut self, c: Coef, v: Value) -> Coef {
         match c {
             Coef::Zero => Coef::Zero,
             Coef::One => Coef::Of(v),
@@ -345,7 +349,7 @@ impl Emitter<'_> {
         }
     }
 
-    fn binary(&mut self, op: FBinOp, a: Value, b: Value, r: Value, ta: Coef, tb: Coef) -> Coef {
+    pub(crate) fn binary(&mut self, op: FBinOp, a: Value, b: Value, r: Value, ta: Coef, tb: Coef) -> Coef {
         match op {
             FBinOp::Add => self.add(ta, tb),
             FBinOp::Sub => {
@@ -368,7 +372,14 @@ impl Emitter<'_> {
 
     /// The tangent of `op(a)` (result `r`) from the tangent `ta` of `a`; `factor` keeps
     /// the derivative of `op` at `a`, made once for all inputs.
-    fn unary(&mut self, op: FUnOp, a: Value, r: Value, ta: Coef, factor: &mut Option<Value>) -> Coef {
+    pub(crate) fn unary(
+        &mut self,
+        op: FUnOp,
+        a: Value,
+        r: Value,
+        ta: Coef,
+        factor: &mut Option<Value>,
+    ) -> Coef {
         if ta == Coef::Zero {
             return Coef::Zero;
         }
@@ -382,6 +393,7 @@ impl Emitter<'_> {
                 self.emit(Op::FUnary(FUnOp::Neg), vec![s])
             }
             (FUnOp::Exp, None) => r,
+            (FUnOp::Abs, None) => self.emit(Op::FUnary(FUnOp::Sign), vec![a]),
             // d sqrt(a) = da / (2 sqrt(a))
             _ => {
                 let two = self.emit(Op::FConst(2.0), vec![]);
@@ -400,7 +412,8 @@ impl Emitter<'_> {
 /// reverse pass computes no adjoint for them and needs none of their operands. A value
 /// keeps its activity if some use may pass a derivative back: a linearized value, an
 /// effect (a store, a call, a return, an op that may fail), or a pure op whose result
-/// keeps it, through jumps to the parameters they fill.
+/// keeps it, through jumps to the parameters they fill. A comparison or integer
+/// arithmetic keeps nothing: a loop linearized whole tests its own values to stop.
 pub(crate) fn clear_linearized_arms(f: &Function, active: &mut [bool]) {
     let has_linearized = f.blocks.values().any(|d| d.insts.iter().any(|&i| f.insts[i].op == Op::Linearized));
     if !has_linearized {
@@ -445,7 +458,9 @@ pub(crate) fn clear_linearized_arms(f: &Function, active: &mut [bool]) {
         match f.values[v].def {
             mcir_ir::ValueDef::Inst(i) => {
                 let d = &f.insts[i];
-                if d.op != Op::Linearized && !d.op.has_effect() {
+                // A comparison or an integer passes no derivative to what it reads.
+                let carries = !matches!(f.value_type(v), TypeTable::BOOL | TypeTable::I64);
+                if d.op != Op::Linearized && !d.op.has_effect() && carries {
                     d.args.iter().for_each(|&a| keep(a, &mut kept, &mut work));
                 }
             }

@@ -183,7 +183,7 @@ impl Gen<'_, '_> {
     fn statement(&mut self, scope: &mut Scope, indent: usize) {
         let nested = scope.depth < 2;
         let e = |g: &mut Self, s: &Scope| g.real(s, 2);
-        match self.src.below(50) {
+        match self.src.below(51) {
             0 | 1 => {
                 let v = self.name("t");
                 let value = e(self, scope);
@@ -674,6 +674,77 @@ impl Gen<'_, '_> {
                 self.line(indent + 1, "}");
                 self.line(indent, "}");
             }
+            50 if nested => {
+                // A scalar iteration per element, run to a tolerance or a fixed count:
+                // a loop carrying its result's derivatives with respect to one or two
+                // values forward (`linearize_loops.rs`), or, with three, reversed as
+                // written. The first guess may be chosen by a branch, the loop left by
+                // a `break`, or the iteration be a helper inlined in the loop.
+                let (i, a, b, y) = (self.name("i"), self.name("a"), self.name("b"), self.name("y"));
+                let value = e(self, scope);
+                self.line(indent, &format!("for {i} in 0..len(x) {{"));
+                self.line(indent + 1, &format!("let {a} = 1.5 + tanh(x[{i}] * 0.5 + 0.1 * {value});"));
+                self.line(indent + 1, &format!("let {b} = 0.3 + 0.2 * tanh(x[{i}]);"));
+                match self.src.below(5) {
+                    0 => {
+                        // Newton's method for a square root, to a tolerance.
+                        let st = self.name("st");
+                        self.line(indent + 1, &format!("let mut {y} = 1.0 + 0.25 * {a};"));
+                        self.line(indent + 1, &format!("let mut {st} = 1.0;"));
+                        self.line(indent + 1, &format!("while abs({st}) > 1.0e-12 {{"));
+                        self.line(indent + 2, &format!("{st} = ({y} * {y} - {a}) / (2.0 * {y});"));
+                        self.line(indent + 2, &format!("{y} = {y} - {st};"));
+                        self.line(indent + 1, "}");
+                    }
+                    1 => {
+                        // Kepler's equation, from a guess a branch picks, with a break.
+                        let (k, d) = (self.name("k"), self.name("d"));
+                        self.line(indent + 1, &format!("let mut {y} = {a};"));
+                        self.line(indent + 1, &format!("if {b} > 0.4 {{ {y} = {a} + {b}; }}"));
+                        self.line(indent + 1, &format!("for {k} in 0..60 {{"));
+                        self.line(
+                            indent + 2,
+                            &format!("let {d} = ({y} - {b} * sin({y}) - {a}) / (1.0 - {b} * cos({y}));"),
+                        );
+                        self.line(indent + 2, &format!("{y} = {y} - {d};"));
+                        self.line(indent + 2, &format!("if abs({d}) < 1.0e-13 {{ break; }}"));
+                        self.line(indent + 1, "}");
+                    }
+                    2 => {
+                        // A fixed count in two values, or in three (reversed as written).
+                        let k = self.name("k");
+                        let third =
+                            if self.src.chance(50) { format!(" + 0.1 * x[0] * {b}") } else { String::new() };
+                        self.line(indent + 1, &format!("let mut {y} = {a};"));
+                        self.line(indent + 1, &format!("for {k} in 0..4 {{"));
+                        self.line(indent + 2, &format!("{y} = {y} - 0.3 * sin({y} * {b}){third};"));
+                        self.line(indent + 1, "}");
+                    }
+                    3 => {
+                        // Two results, and an inner iteration nested in an outer one.
+                        let (k, z, j) = (self.name("k"), self.name("z"), self.name("j"));
+                        self.line(indent + 1, &format!("let mut {y} = {a};"));
+                        self.line(indent + 1, &format!("let mut {z} = {a} + 1.0;"));
+                        self.line(indent + 1, &format!("for {k} in 0..3 {{"));
+                        self.line(indent + 2, &format!("let mut {j} = 0;"));
+                        self.line(
+                            indent + 2,
+                            &format!("while abs({z} * {z} - {y}) > 1.0e-12 && {j} < 40 {{"),
+                        );
+                        self.line(indent + 3, &format!("{z} = 0.5 * ({z} + {y} / {z});"));
+                        self.line(indent + 3, &format!("{j} += 1;"));
+                        self.line(indent + 2, "}");
+                        self.line(indent + 2, &format!("{y} = {y} * {b} + 0.25 * {z};"));
+                        self.line(indent + 1, "}");
+                        self.line(indent + 1, &format!("{y} = {y} + 0.1 * {z};"));
+                    }
+                    _ => {
+                        self.line(indent + 1, &format!("let {y} = settle({a}, {b});"));
+                    }
+                }
+                self.line(indent + 1, &format!("acc += cos({y}) * 0.1 + {y} * 0.05;"));
+                self.line(indent, "}");
+            }
             41 => {
                 // A helper with a branch and a loop, called once.
                 let value = e(self, scope);
@@ -782,6 +853,19 @@ fn shaped(z: f64) -> f64 {
     while k < 30 && abs(y * y - a) > 1.0e-13 {
         y = 0.5 * (y + a / y);
         k += 1;
+    }
+    return y;
+}
+
+// Newton's method on `y + b sin(y) = a`, to a tolerance, counting its steps.
+fn settle(a: f64, b: f64) -> f64 {
+    let mut y = a;
+    let mut step = 1.0;
+    let mut n = 0;
+    while abs(step) > 1.0e-13 && n < 50 {
+        step = (y + b * sin(y) - a) / (1.0 + b * cos(y));
+        y -= step;
+        n += 1;
     }
     return y;
 }
