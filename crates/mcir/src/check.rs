@@ -242,7 +242,7 @@ impl CheckReport {
         if self.skipped > 0 {
             let _ = writeln!(
                 s,
-                "  {} trial(s) skipped: the function is not finite at the drawn arguments",
+                "  {} trial(s) skipped: the function is not finite at their arguments",
                 self.skipped
             );
         }

@@ -277,8 +277,15 @@ fn derive_function(
     // A copy of the primal is made only where counting trips or linearizing branches
     // changes it (a straight-line function of 10⁵ lines is not copied).
     let counted_primal = match analysis::count_loop_trips(primal) {
-        Some(counted) => Some(linearize_loops::linearize_all(counted)),
-        None if linearize::has_branches(primal) => Some(linearize_loops::linearize_all(primal.clone())),
+        Some(counted) => {
+            let varied =
+                analysis::varied_values(&module.types, &counted, constant, options.corrupt.is_some());
+            Some(linearize_loops::linearize_all(counted, &varied))
+        }
+        None if linearize::has_branches(primal) => {
+            let varied = analysis::varied_values(&module.types, primal, constant, options.corrupt.is_some());
+            Some(linearize_loops::linearize_all(primal.clone(), &varied))
+        }
         None => None,
     };
     let primal = counted_primal.as_ref().unwrap_or(primal);

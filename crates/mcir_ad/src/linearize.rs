@@ -43,8 +43,12 @@ struct Arm {
 }
 
 /// `f` with every branch that qualifies (see the module docs) and whose head is `within`
-/// linearized.
-pub(crate) fn linearize_branches(mut f: Function, within: &dyn Fn(Block) -> bool) -> Function {
+/// linearized; values that do not vary (`varies`) have no derivative to pass on.
+pub(crate) fn linearize_branches(
+    mut f: Function,
+    within: &dyn Fn(Block) -> bool,
+    varies: &dyn Fn(Value) -> bool,
+) -> Function {
     if !has_branches(&f) {
         return f;
     }
@@ -66,7 +70,7 @@ pub(crate) fn linearize_branches(mut f: Function, within: &dyn Fn(Block) -> bool
             continue;
         }
         let Some((join, arms)) = diamond(&f, h, &preds) else { continue };
-        linearize(&mut f, h, join, &arms, &mut subst, &mut reads);
+        linearize(&mut f, h, join, &arms, varies, &mut subst, &mut reads);
     }
     if !subst.is_empty() {
         f.map_uses(|v| subst.get(&v).copied().unwrap_or(v));
@@ -141,6 +145,7 @@ fn linearize(
     h: Block,
     join: Block,
     arms: &[Arm; 2],
+    varies: &dyn Fn(Value) -> bool,
     subst: &mut HashMap<Value, Value>,
     reads: &mut Vec<(mcir_ir::Inst, Value)>,
 ) {
@@ -170,6 +175,7 @@ fn linearize(
         if f.value_type(v) == TypeTable::F64
             && !defined_in_arms.contains(&v)
             && !constant(v)
+            && varies(v)
             && !inputs.contains(&v)
         {
             inputs.push(v);

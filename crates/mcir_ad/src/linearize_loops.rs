@@ -45,23 +45,27 @@ const MAX_LOOP_INSTS: usize = 96;
 /// derivatives go through (`1` input, not `2`), while a branch inside a loop linearized
 /// whole is left to it. Branches inside a loop of that shape that then has too many
 /// inputs are linearized last.
-pub(crate) fn linearize_all(f: Function) -> Function {
+///
+/// `varied` tells the values of `f` that depend on the arguments differentiated: the
+/// others have no derivative to carry (an argument given as `--const`).
+pub(crate) fn linearize_all(f: Function, varied: &[bool]) -> Function {
+    let varies = |v: Value| varied.get(v.index()).copied().unwrap_or(true);
     let cfg = ControlFlow::compute(&f);
     let mut shaped: HashSet<Block> = HashSet::new();
     for h in loop_headers(&cfg) {
         if !shaped.contains(&h) {
             let body = cfg.loop_blocks(h);
-            if plan(&f, &cfg, h, &body, false).is_some() {
+            if plan(&f, &cfg, h, &body, false, &varies).is_some() {
                 shaped.extend(body);
             }
         }
     }
-    let f = crate::linearize::linearize_branches(f, &|b| !shaped.contains(&b));
+    let f = crate::linearize::linearize_branches(f, &|b| !shaped.contains(&b), &varies);
     if shaped.is_empty() {
         return f;
     }
-    let (f, done) = linearize_loops(f);
-    crate::linearize::linearize_branches(f, &|b| shaped.contains(&b) && !done.contains(&b))
+    let (f, done) = linearize_loops(f, &varies);
+    crate::linearize::linearize_branches(f, &|b| shaped.contains(&b) && !done.contains(&b), &varies)
 }
 
 /// The headers of `cfg`'s loops, outer loops first.
@@ -71,7 +75,7 @@ fn loop_headers(cfg: &ControlFlow) -> Vec<Block> {
 
 /// `f` with every loop that qualifies (see the module docs) linearized, and the blocks
 /// of those loops (their branches are left as they are).
-fn linearize_loops(mut f: Function) -> (Function, HashSet<Block>) {
+fn linearize_loops(mut f: Function, varies: &dyn Fn(Value) -> bool) -> (Function, HashSet<Block>) {
     let mut done: HashSet<Block> = HashSet::new();
     let cfg = ControlFlow::compute(&f);
     // Outer loops first: an outer loop linearized takes its inner loops with it. The
@@ -82,7 +86,7 @@ fn linearize_loops(mut f: Function) -> (Function, HashSet<Block>) {
             continue;
         }
         let body = cfg.loop_blocks(h);
-        if let Some(plan) = plan(&f, &cfg, h, &body, true) {
+        if let Some(plan) = plan(&f, &cfg, h, &body, true, varies) {
             apply(&mut f, &cfg, h, &body, plan);
             done.extend(body);
         }
@@ -128,6 +132,7 @@ fn plan(
     h: Block,
     body: &HashSet<Block>,
     count_inputs: bool,
+    varies: &dyn Fn(Value) -> bool,
 ) -> Option<Plan> {
     // One way in, from a block outside.
     let outside: Vec<Block> = cfg.preds[h.index()].iter().copied().filter(|p| !body.contains(p)).collect();
@@ -236,7 +241,8 @@ fn plan(
         }
     }
     while let Some(v) = work.pop() {
-        if f.value_type(v) != TypeTable::F64 || is_constant(f, v) {
+        // What does not vary has no derivative (zero where it is read).
+        if f.value_type(v) != TypeTable::F64 || is_constant(f, v) || !varies(v) {
             continue;
         }
         if !defined.contains(&v) {
@@ -521,7 +527,7 @@ mod tests {
     fn run(ir: &str) -> Function {
         let mut m = mcir_ir::parse_module(ir).expect("parses");
         let id = m.funcs.keys().next().expect("a function");
-        m.funcs[id] = linearize_all(m.funcs[id].clone());
+        m.funcs[id] = linearize_all(m.funcs[id].clone(), &[]);
         mcir_ir::verify_module(&m).expect("verifies");
         m.funcs[id].clone()
     }

@@ -764,7 +764,9 @@ fn cmd_check(
             Ok(Outcome::ok(stdout))
         } else {
             let only_errors = report.failures.iter().all(|f| matches!(f, mcir::Failure::Error { .. }));
-            let why = if report.failures.is_empty() {
+            let why = if report.failures.is_empty() && args.is_some() {
+                "nothing could be checked: the function is not finite at the arguments given".to_string()
+            } else if report.failures.is_empty() {
                 "no trial could be checked: the function is not finite at any drawn arguments".to_string()
             } else if only_errors && args.is_some() {
                 format!("`{}` fails at the arguments given (see the report)", report.function)
