@@ -297,7 +297,7 @@ fn derive_function(
     for (a, v) in active.iter_mut().zip(&varied) {
         *a &= *v;
     }
-    linearize::clear_linearized_arms(primal, &mut active);
+    linearize::clear_unreached_activity(primal, &mut active);
     let live = analysis::live_out(primal);
     let counted = analysis::counted_headers(primal, &edges);
     let counters = analysis::loop_counters(primal, &edges, &counted);

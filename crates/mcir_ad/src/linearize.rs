@@ -413,18 +413,15 @@ impl Emitter<'_> {
     }
 }
 
-/// Clears the activity of the values that only a linearization's result or
-/// coefficients are made from (the arms' arithmetic): no derivative reaches them, so the
-/// reverse pass computes no adjoint for them and needs none of their operands. A value
-/// keeps its activity if some use may pass a derivative back: a linearized value, an
-/// effect (a store, a call, a return, an op that may fail), or a pure op whose result
-/// keeps it, through jumps to the parameters they fill. A comparison or integer
-/// arithmetic keeps nothing: a loop linearized whole tests its own values to stop.
-pub(crate) fn clear_linearized_arms(f: &Function, active: &mut [bool]) {
-    let has_linearized = f.blocks.values().any(|d| d.insts.iter().any(|&i| f.insts[i].op == Op::Linearized));
-    if !has_linearized {
-        return;
-    }
+/// Clears the activity of the values no derivative reaches: those that only a
+/// linearization's result or coefficients are made from (the arms' arithmetic, a loop
+/// linearized whole), and those only comparisons and integer arithmetic read (a loop's
+/// test, a branch on the data). The reverse pass computes no adjoint for them and needs
+/// none of their operands. A value keeps its activity if some use may pass a derivative
+/// back: a linearized value, an effect (a store, a call, a return, an op that may fail),
+/// or a pure op whose result keeps it and carries a derivative, through jumps to the
+/// parameters they fill.
+pub(crate) fn clear_unreached_activity(f: &Function, active: &mut [bool]) {
     // Each value kept, once, from the uses that keep whatever they read, back through
     // the pure ops that make kept values and the jumps that fill kept parameters.
     let mut kept = vec![false; f.values.len()];

@@ -51,11 +51,12 @@ const MAX_LOOP_INSTS: usize = 96;
 pub(crate) fn linearize_all(f: Function, varied: &[bool]) -> Function {
     let varies = |v: Value| varied.get(v.index()).copied().unwrap_or(true);
     let cfg = ControlFlow::compute(&f);
+    let users = users_of(&f);
     let mut shaped: HashSet<Block> = HashSet::new();
     for h in loop_headers(&cfg) {
         if !shaped.contains(&h) {
             let body = cfg.loop_blocks(h);
-            if plan(&f, &cfg, h, &body, false, &varies).is_some() {
+            if plan(&f, &cfg, h, &body, false, &varies, &users).is_some() {
                 shaped.extend(body);
             }
         }
@@ -68,6 +69,18 @@ pub(crate) fn linearize_all(f: Function, varied: &[bool]) -> Function {
     crate::linearize::linearize_branches(f, &|b| shaped.contains(&b) && !done.contains(&b), &varies)
 }
 
+/// The blocks that read each value.
+fn users_of(f: &Function) -> HashMap<Value, Vec<Block>> {
+    let mut users: HashMap<Value, Vec<Block>> = HashMap::new();
+    for (b, data) in f.blocks.iter() {
+        let uses = data.insts.iter().flat_map(|&i| f.insts[i].args.iter().copied()).chain(data.term.uses());
+        for v in uses {
+            users.entry(v).or_default().push(b);
+        }
+    }
+    users
+}
+
 /// The headers of `cfg`'s loops, outer loops first.
 fn loop_headers(cfg: &ControlFlow) -> Vec<Block> {
     cfg.rpo.iter().copied().filter(|&h| cfg.latches(h).next().is_some()).collect()
@@ -78,6 +91,9 @@ fn loop_headers(cfg: &ControlFlow) -> Vec<Block> {
 fn linearize_loops(mut f: Function, varies: &dyn Fn(Value) -> bool) -> (Function, HashSet<Block>) {
     let mut done: HashSet<Block> = HashSet::new();
     let cfg = ControlFlow::compute(&f);
+    // Linearizing a loop adds reads of its own values and of values defined before it
+    // only, so what this says of the loops after it stays true.
+    let users = users_of(&f);
     // Outer loops first: an outer loop linearized takes its inner loops with it. The
     // control flow does not change (only parameters and instructions are added), so the
     // analysis stays valid.
@@ -86,8 +102,8 @@ fn linearize_loops(mut f: Function, varies: &dyn Fn(Value) -> bool) -> (Function
             continue;
         }
         let body = cfg.loop_blocks(h);
-        if let Some(plan) = plan(&f, &cfg, h, &body, true, varies) {
-            apply(&mut f, &cfg, h, &body, plan);
+        if let Some(plan) = plan(&f, &cfg, h, &body, true, varies, &users) {
+            apply(&mut f, &cfg, h, &body, plan, &users);
             done.extend(body);
         }
     }
@@ -133,6 +149,7 @@ fn plan(
     body: &HashSet<Block>,
     count_inputs: bool,
     varies: &dyn Fn(Value) -> bool,
+    users: &HashMap<Value, Vec<Block>>,
 ) -> Option<Plan> {
     // One way in, from a block outside.
     let outside: Vec<Block> = cfg.preds[h.index()].iter().copied().filter(|p| !body.contains(p)).collect();
@@ -151,12 +168,13 @@ fn plan(
     };
     // Nothing written, called or made; at most so many instructions.
     let mut count = 0;
-    let mut defined: HashSet<Value> = HashSet::new();
+    // Each value the loop defines, with its block.
+    let mut defined: HashMap<Value, Block> = HashMap::new();
     for &b in body {
         if !cfg.dominates(h, b) {
             return None;
         }
-        defined.extend(f.blocks[b].params.iter().copied());
+        defined.extend(f.blocks[b].params.iter().map(|&p| (p, b)));
         for &i in &f.blocks[b].insts {
             count += 1;
             let d = &f.insts[i];
@@ -166,7 +184,7 @@ fn plan(
                 return None;
             }
             if let Some(r) = d.result {
-                defined.insert(r);
+                defined.insert(r, b);
             }
         }
     }
@@ -196,28 +214,18 @@ fn plan(
     // What the loop defines and is read after it: scalars only, from blocks that
     // dominate the exit.
     let mut direct_outputs = Vec::new();
-    let mut seen = HashSet::new();
-    for (b, data) in f.blocks.iter() {
-        if body.contains(&b) {
+    for (&v, &def_block) in &defined {
+        if !users.get(&v).is_some_and(|bs| bs.iter().any(|b| !body.contains(b))) {
             continue;
         }
-        let uses = data.insts.iter().flat_map(|&i| f.insts[i].args.iter().copied()).chain(data.term.uses());
-        for v in uses {
-            if !defined.contains(&v) || !seen.insert(v) {
-                continue;
-            }
-            let def_block = match f.values[v].def {
-                ValueDef::Inst(i) => body.iter().copied().find(|&b| f.blocks[b].insts.contains(&i))?,
-                ValueDef::Param(b, _) => b,
-            };
-            if !is_scalar(f, v) || !cfg.dominates(def_block, exit) {
-                return None;
-            }
-            if f.value_type(v) == TypeTable::F64 {
-                direct_outputs.push(v);
-            }
+        if !is_scalar(f, v) || !cfg.dominates(def_block, exit) {
+            return None;
+        }
+        if f.value_type(v) == TypeTable::F64 {
+            direct_outputs.push(v);
         }
     }
+    direct_outputs.sort_by_key(|v| v.index());
     let exit_outputs: Vec<Value> =
         f.blocks[exit].params.iter().copied().filter(|&p| f.value_type(p) == TypeTable::F64).collect();
     if exit_outputs.is_empty() && direct_outputs.is_empty() {
@@ -245,7 +253,7 @@ fn plan(
         if f.value_type(v) != TypeTable::F64 || is_constant(f, v) || !varies(v) {
             continue;
         }
-        if !defined.contains(&v) {
+        if !defined.contains_key(&v) {
             if !direct_inputs.contains(&v) {
                 direct_inputs.push(v);
             }
@@ -270,6 +278,8 @@ fn plan(
         }
     }
     // Inputs computed in `pre` from the other inputs are derived there.
+    direct_inputs.sort_by_key(|v| v.index());
+    let in_pre: HashSet<Inst> = f.blocks[pre].insts.iter().copied().collect();
     let mut inputs = direct_inputs.clone();
     let mut expanded = HashSet::new();
     let mut changed = true;
@@ -279,7 +289,7 @@ fn plan(
             let c = inputs[k];
             let others: Vec<Value> = inputs.iter().copied().filter(|&x| x != c).collect();
             let mut reached = HashSet::new();
-            if let Some(leaves) = leaves_in(f, pre, c, &others, &mut reached) {
+            if let Some(leaves) = leaves_in(f, &in_pre, c, &others, &mut reached) {
                 if leaves.iter().all(|l| others.contains(l)) {
                     inputs.remove(k);
                     expanded.extend(reached);
@@ -296,41 +306,54 @@ fn plan(
     Some(Plan { pre, entry_slot, exit, inputs, expanded, needed, direct_outputs })
 }
 
-/// The values `v` is computed from by arithmetic forward mode handles in block `pre`,
-/// stopping at `stop` and at values made elsewhere; `None` if it is not so computed.
-/// `reached` collects the values of `pre` passed through.
+/// The most values of the block entering a loop that an input's derivatives are
+/// computed through.
+const MAX_EXPANDED: usize = 32;
+
+/// The values `v` is computed from by arithmetic forward mode handles among the
+/// instructions `in_pre` (the block entering the loop), stopping at `stop` and at values
+/// made elsewhere; `None` if `v` is not so computed, or through more than
+/// [`MAX_EXPANDED`] values. `reached` collects the values passed through.
 fn leaves_in(
     f: &Function,
-    pre: Block,
+    in_pre: &HashSet<Inst>,
     v: Value,
     stop: &[Value],
     reached: &mut HashSet<Value>,
 ) -> Option<Vec<Value>> {
-    let ValueDef::Inst(i) = f.values[v].def else { return None };
-    if !f.blocks[pre].insts.contains(&i) {
-        return None;
-    }
-    let d = &f.insts[i];
-    let linearized = d.op == Op::Linearized;
-    if f.value_type(v) != TypeTable::F64 || !(linearized || supported(f, &d.op, d.result)) {
-        return None;
-    }
-    reached.insert(v);
+    let through = |x: Value| -> Option<&mcir_ir::InstData> {
+        let ValueDef::Inst(i) = f.values[x].def else { return None };
+        let d = &f.insts[i];
+        let handled = d.op == Op::Linearized || supported(f, &d.op, d.result);
+        (in_pre.contains(&i) && f.value_type(x) == TypeTable::F64 && handled).then_some(d)
+    };
+    through(v)?;
     let mut out = Vec::new();
-    // A linearized value's derivatives come from the values it is linearized in.
-    let args: Vec<Value> =
-        if linearized { d.args.iter().skip(2).step_by(2).copied().collect() } else { d.args.clone() };
-    for &a in &args {
-        if f.value_type(a) != TypeTable::F64 || is_constant(f, a) {
+    let mut work = vec![v];
+    reached.insert(v);
+    while let Some(x) = work.pop() {
+        let Some(d) = through(x) else {
+            out.push(x);
             continue;
-        }
-        if stop.contains(&a) {
-            out.push(a);
-            continue;
-        }
-        match leaves_in(f, pre, a, stop, reached) {
-            Some(l) => out.extend(l),
-            None => out.push(a),
+        };
+        // A linearized value's derivatives come from the values it is linearized in.
+        let args: Vec<Value> = if d.op == Op::Linearized {
+            d.args.iter().skip(2).step_by(2).copied().collect()
+        } else {
+            d.args.clone()
+        };
+        for a in args {
+            if f.value_type(a) != TypeTable::F64 || is_constant(f, a) {
+                continue;
+            }
+            if stop.contains(&a) || through(a).is_none() {
+                out.push(a);
+            } else if reached.insert(a) {
+                if reached.len() > MAX_EXPANDED {
+                    return None;
+                }
+                work.push(a);
+            }
         }
     }
     Some(out)
@@ -380,7 +403,14 @@ fn tangent_through(
 }
 
 /// Linearizes the loop headed by `h` as `plan` says.
-fn apply(f: &mut Function, cfg: &ControlFlow, h: Block, body: &HashSet<Block>, plan: Plan) {
+fn apply(
+    f: &mut Function,
+    cfg: &ControlFlow,
+    h: Block,
+    body: &HashSet<Block>,
+    plan: Plan,
+    users: &HashMap<Value, Vec<Block>>,
+) {
     let m = plan.inputs.len();
     let span = f.blocks[h].term_span;
     let mut tangent: HashMap<Value, Vec<Coef>> = HashMap::new();
@@ -503,7 +533,13 @@ fn apply(f: &mut Function, cfg: &ControlFlow, h: Block, body: &HashSet<Block>, p
     }
     // Every read after the loop (not the linearizations themselves) reads the result
     // through its linearization.
-    let blocks: Vec<Block> = f.blocks.keys().filter(|b| !body.contains(b)).collect();
+    let mut blocks: Vec<Block> = subst
+        .keys()
+        .flat_map(|y| users.get(y).into_iter().flatten().copied())
+        .filter(|b| !body.contains(b))
+        .collect();
+    blocks.sort_by_key(|b| b.index());
+    blocks.dedup();
     for b in blocks {
         let insts = f.blocks[b].insts.clone();
         for i in insts {
