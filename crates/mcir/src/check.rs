@@ -799,6 +799,8 @@ pub(crate) fn check_with(
         let text = program.render_runtime_error(e);
         text.lines().next().unwrap_or("").trim_start_matches("error: ").to_string()
     };
+    /// How long a call at drawn arguments may run when no time limit is given.
+    const DRAWN_CALL_BUDGET: std::time::Duration = std::time::Duration::from_secs(10);
     let mut drawn: Vec<String> = Vec::new();
     for trial in 1..=options.trials {
         let x: Vec<Val> = match fixed {
@@ -828,7 +830,12 @@ pub(crate) fn check_with(
             Ok((yv, post, y, copies))
         };
         let started = std::time::Instant::now();
-        let first = eval_with(&x, limits);
+        // At drawn arguments a loop may never end (a square root found of a negative
+        // number): without a time limit of the user's, the call gets one of its own.
+        let first = match (fixed, limits.timeout) {
+            (None, None) => eval_with(&x, &Limits { timeout: Some(DRAWN_CALL_BUDGET), ..limits.clone() }),
+            _ => eval_with(&x, limits),
+        };
         // A perturbed evaluation may loop for ever (a tolerance pushed below zero): it
         // gets a time budget well above what the unperturbed one took.
         let budget = (started.elapsed() * 100).max(std::time::Duration::from_millis(250));

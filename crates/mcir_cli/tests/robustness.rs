@@ -443,9 +443,9 @@ fn source_limits_are_configurable() {
 /// included, on both engines; and a zero limit is a usage error.
 #[test]
 fn the_memory_limit_stops_a_call_cleanly() {
-    // The loop reads a factor from an array, so that its derivative is not carried
-    // forward in it (a loop of scalar arithmetic needs no tape).
-    let text = "fn main(x: f64, n: i64) -> f64 {\n    let w = [1.5, 1.5];\n    let mut s = x;\n    for i in 0..n {\n        s = sin(s) * w[i % 2];\n    }\n    return s;\n}\n";
+    // The loop reads a factor that varies from an array, so that its derivative is not
+    // carried forward in it (a loop of scalar arithmetic needs no tape).
+    let text = "fn main(x: f64, n: i64) -> f64 {\n    let w = [1.5, x];\n    let mut s = x;\n    for i in 0..n {\n        s = sin(s) * w[i % 2];\n    }\n    return s;\n}\n";
     let path = tempfile_path("tape.mcir");
     std::fs::write(&path, text).unwrap();
     let p = path.to_str().unwrap();
