@@ -7,8 +7,8 @@
 
 use mcir_ir::cfg::ControlFlow;
 use mcir_ir::entity::EntityRef;
-use mcir_ir::{Block, BlockCall, Function, IBinOp, Op, StructId, Terminator, Value};
-use std::collections::HashSet;
+use mcir_ir::{Block, BlockCall, Function, IBinOp, Inst, Op, StructId, Value, ValueDef};
+use std::collections::{HashMap, HashSet};
 
 /// `rev` with every loop bypassed whose only work is reading: arithmetic, comparisons,
 /// loads, and pops and peeks of stacks that only such loops read, defining nothing used
@@ -16,8 +16,48 @@ use std::collections::HashSet;
 /// pass ran), so skipping one loses nothing but time.
 pub(crate) fn bypass_inert_loops(mut rev: Function) -> Function {
     let cfg = ControlFlow::compute(&rev);
-    let headers: Vec<Block> = cfg.rpo.iter().copied().filter(|&h| cfg.latches(h).next().is_some()).collect();
-    let mut inert: Vec<InertLoop> = headers.into_iter().filter_map(|h| inert_loop(&rev, &cfg, h)).collect();
+    let block_of: HashMap<Inst, Block> =
+        rev.blocks.iter().flat_map(|(b, d)| d.insts.iter().map(move |&i| (i, b))).collect();
+    // The loops made of blocks that only read: the cycles among those blocks. A loop
+    // entered at several blocks (the reverse of a loop left by a `break`) is one too,
+    // though no block of it dominates the others.
+    let reading: Vec<Block> = rev
+        .blocks
+        .iter()
+        .filter(|(b, d)| cfg.is_reachable(*b) && reads_only(&rev, d))
+        .map(|(b, _)| b)
+        .collect();
+    // Node `k` of the graph is block `reading[k]`.
+    let mut graph: petgraph::Graph<(), ()> = petgraph::Graph::new();
+    let node: HashMap<Block, petgraph::graph::NodeIndex> =
+        reading.iter().map(|&b| (b, graph.add_node(()))).collect();
+    for &b in &reading {
+        for c in rev.blocks[b].term.successors() {
+            if let Some(&to) = node.get(&c.block) {
+                graph.add_edge(node[&b], to, ());
+            }
+        }
+    }
+    // Each natural loop of reading blocks (an inner loop of one that writes), then each
+    // cycle of them that is not one (a loop entered at several blocks, or one with an
+    // inner loop).
+    let mut bodies: Vec<HashSet<Block>> = cfg
+        .rpo
+        .iter()
+        .filter(|&&h| cfg.latches(h).next().is_some())
+        .map(|&h| cfg.loop_blocks(h))
+        .filter(|body| body.iter().all(|b| node.contains_key(b)))
+        .collect();
+    for c in petgraph::algo::tarjan_scc(&graph) {
+        if c.len() > 1 || graph.contains_edge(c[0], c[0]) {
+            let body: HashSet<Block> = c.into_iter().map(|k| reading[k.index()]).collect();
+            if !bodies.contains(&body) {
+                bodies.push(body);
+            }
+        }
+    }
+    let mut inert: Vec<InertLoop> =
+        bodies.into_iter().filter_map(|body| inert_loop(&rev, &cfg, &block_of, body)).collect();
     // A stack popped by an inert loop and read anywhere else (the path stack is shared by
     // every branch of the function) keeps the loops that pop it: drop them until none is.
     loop {
@@ -43,7 +83,11 @@ pub(crate) fn bypass_inert_loops(mut rev: Function) -> Function {
     }
     let mut subst: std::collections::HashMap<Value, Value> = std::collections::HashMap::new();
     for l in inert {
-        rev.blocks[l.pre].term = Terminator::Jump(l.exit);
+        for (from, slot) in l.entries {
+            if let Some(c) = rev.blocks[from].term.successors_mut().nth(slot) {
+                *c = l.exit.clone();
+            }
+        }
         subst.extend(l.invariant);
     }
     if !subst.is_empty() {
@@ -56,7 +100,7 @@ pub(crate) fn bypass_inert_loops(mut rev: Function) -> Function {
             v
         });
     }
-    drop_unread_stacks(rev.into_simplified_cfg())
+    drop_unread_stacks(rev).into_simplified_cfg()
 }
 
 /// `rev` without the pops and peeks of stacks whose every pop and peek reads a value
@@ -111,7 +155,9 @@ fn drop_unread_stacks(mut rev: Function) -> Function {
 
 /// A loop of the reverse pass that only reads.
 struct InertLoop {
-    pre: Block,
+    /// The edges into it from outside: the block each leaves and which of its
+    /// terminator's targets it is.
+    entries: Vec<(Block, usize)>,
     exit: BlockCall,
     body: HashSet<Block>,
     /// The stacks it pops or peeks.
@@ -120,59 +166,122 @@ struct InertLoop {
     invariant: Vec<(Value, Value)>,
 }
 
-/// The loop headed by `h`, if it only reads and defines nothing used after it (whether
-/// its stacks are read elsewhere is left to the caller).
-fn inert_loop(f: &Function, cfg: &ControlFlow, h: Block) -> Option<InertLoop> {
-    let body = cfg.loop_blocks(h);
-    let outside: Vec<Block> = cfg
-        .preds
-        .get(h.index())?
-        .iter()
-        .copied()
-        .filter(|p| !body.contains(p) && cfg.is_reachable(*p))
-        .collect();
-    let [pre] = outside.as_slice() else { return None };
-    if !matches!(&f.blocks[*pre].term, Terminator::Jump(c) if c.block == h) {
+/// Whether block `d` of `f` only reads: arithmetic, comparisons, loads, pops and peeks.
+fn reads_only(f: &Function, d: &mcir_ir::BlockData) -> bool {
+    d.insts.iter().all(|&i| match &f.insts[i].op {
+        Op::ArrayDim(_) | Op::TupleGet(_) | Op::StructGet(..) | Op::Load | Op::TrustedLoad => true,
+        op if op.is_scalar_arith() => true,
+        // The counters of a reverse loop step between bounds the forward pass reached;
+        // their arithmetic cannot overflow.
+        Op::IBinary(IBinOp::Add | IBinOp::Sub | IBinOp::Mul) => true,
+        Op::StackPop | Op::StackPeek => true,
+        _ => false,
+    })
+}
+
+/// What a parameter of a loop's block holds, as far as the loop's edges tell.
+#[derive(Clone, Copy, PartialEq)]
+enum Held {
+    /// Nothing yet (no edge seen passes it a value).
+    Unknown,
+    /// Always this value, defined outside the loop.
+    Same(Value),
+    /// Values that change.
+    Varies,
+}
+
+/// The loop of blocks `body` (which only read), if it defines nothing used after it
+/// and leaves to one place (whether its stacks are read elsewhere is left to the
+/// caller). It may be entered at several blocks (a loop left by a `break` is, in
+/// reverse).
+fn inert_loop(
+    f: &Function,
+    cfg: &ControlFlow,
+    block_of: &HashMap<Inst, Block>,
+    body: HashSet<Block>,
+) -> Option<InertLoop> {
+    // Every edge into the loop: those from outside are its entries.
+    let mut edges: Vec<(Block, usize)> = Vec::new();
+    let mut entries: Vec<(Block, usize)> = Vec::new();
+    let mut from: Vec<Block> =
+        body.iter().flat_map(|b| cfg.preds.get(b.index()).into_iter().flatten().copied()).collect();
+    from.sort_by_key(|b| b.index());
+    from.dedup();
+    for p in from {
+        if !cfg.is_reachable(p) {
+            continue;
+        }
+        for (slot, c) in f.blocks[p].term.successors().enumerate() {
+            if body.contains(&c.block) {
+                edges.push((p, slot));
+                if !body.contains(&p) {
+                    entries.push((p, slot));
+                }
+            }
+        }
+    }
+    if entries.is_empty() {
         return None;
     }
-    // A header parameter that every edge from inside passes on unchanged holds what the
-    // preheader passed: it may be read after the loop, as that value.
-    let Terminator::Jump(entry) = &f.blocks[*pre].term else { return None };
-    let params = &f.blocks[h].params;
-    let invariant: Vec<(Value, Value)> = params
+    // A parameter that every edge passes one value defined outside, or the parameters
+    // that hold it, holds that value: it may be read after the loop, as that value.
+    let mut held: HashMap<Value, Held> =
+        body.iter().flat_map(|&b| f.blocks[b].params.iter().map(|&p| (p, Held::Unknown))).collect();
+    let made_inside = |v: Value| match f.values[v].def {
+        ValueDef::Inst(i) => block_of.get(&i).is_some_and(|b| body.contains(b)),
+        ValueDef::Param(b, _) => body.contains(&b),
+    };
+    loop {
+        let mut changed = false;
+        for &(p, slot) in &edges {
+            let Some(c) = f.blocks[p].term.successors().nth(slot) else { continue };
+            for (&a, &q) in c.args.iter().zip(&f.blocks[c.block].params) {
+                let incoming = match held.get(&a) {
+                    Some(Held::Unknown) => continue,
+                    Some(&x) => x,
+                    None if made_inside(a) => Held::Varies,
+                    None => Held::Same(a),
+                };
+                let now = held[&q];
+                let met = match (now, incoming) {
+                    (Held::Unknown, x) => x,
+                    (Held::Same(u), Held::Same(v)) if u == v => now,
+                    _ => Held::Varies,
+                };
+                if met != now {
+                    held.insert(q, met);
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    // Where it is read after the loop, that value must be at hand: defined where every
+    // entry to the loop passes.
+    let at_every_entry = |v: Value| {
+        let def = match f.values[v].def {
+            ValueDef::Inst(i) => block_of.get(&i).copied(),
+            ValueDef::Param(b, _) => Some(b),
+        };
+        def.is_some_and(|d| entries.iter().all(|&(p, _)| cfg.dominates(d, p)))
+    };
+    let invariant: Vec<(Value, Value)> = held
         .iter()
-        .enumerate()
-        .filter(|&(k, &p)| {
-            body.iter()
-                .all(|&b| f.blocks[b].term.successors().all(|c| c.block != h || c.args.get(k) == Some(&p)))
+        .filter_map(|(&p, &x)| match x {
+            Held::Same(v) if at_every_entry(v) => Some((p, v)),
+            _ => None,
         })
-        .filter_map(|(k, &p)| Some((p, *entry.args.get(k)?)))
         .collect();
     let mut defined: HashSet<Value> = HashSet::new();
     let mut stacks: HashSet<Value> = HashSet::new();
     for &b in &body {
-        // Entered only through its header (so what its exit carries from outside
-        // dominates the header, and the preheader).
-        if !cfg.dominates(h, b) {
-            return None;
-        }
         defined.extend(f.blocks[b].params.iter().copied().filter(|p| !invariant.iter().any(|(q, _)| q == p)));
         for &i in &f.blocks[b].insts {
             let d = &f.insts[i];
-            let reads_only = match &d.op {
-                Op::ArrayDim(_) | Op::TupleGet(_) | Op::StructGet(..) | Op::Load | Op::TrustedLoad => true,
-                op if op.is_scalar_arith() => true,
-                // The counters of a reverse loop step between bounds the forward pass
-                // reached; their arithmetic cannot overflow.
-                Op::IBinary(IBinOp::Add | IBinOp::Sub | IBinOp::Mul) => true,
-                Op::StackPop | Op::StackPeek => {
-                    stacks.insert(d.args[0]);
-                    true
-                }
-                _ => false,
-            };
-            if !reads_only {
-                return None;
+            if matches!(d.op, Op::StackPop | Op::StackPeek) {
+                stacks.insert(d.args[0]);
             }
             defined.extend(d.result);
         }
@@ -209,16 +318,17 @@ fn inert_loop(f: &Function, cfg: &ControlFlow, h: Block) -> Option<InertLoop> {
             }
         }
     }
-    // The exit's arguments are defined outside the loop (checked above) and used in a
-    // block of it, which the header dominates, so they dominate the header and hence
-    // its only way in, the preheader: the preheader can jump to the exit with them.
+    // Each entry jumps to the exit instead: what the exit carries must be at hand there.
     let mut exit = exit?;
     for a in exit.args.iter_mut() {
         if let Some(&(_, v)) = invariant.iter().find(|(p, _)| p == a) {
             *a = v;
         }
+        if !at_every_entry(*a) {
+            return None;
+        }
     }
-    Some(InertLoop { pre: *pre, exit, body, stacks, invariant })
+    Some(InertLoop { entries, exit, body, stacks, invariant })
 }
 
 /// The fields of tape struct `tape` that `rev` reads.
