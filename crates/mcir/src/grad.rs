@@ -141,13 +141,15 @@ impl Program {
             }
             (Some(t), None) if t == TypeTable::F64 => Some(Val::F64(1.0)),
             (Some(t), None) => {
+                // A result with no derivative (an integer, a bool) takes a null seed.
+                let how = if has_tangent(&module.types, t) { "the cotangent of the result" } else { "null" };
                 return Err(GradError::Args(ArgError {
                     message: format!(
-                        "`{}` returns {}, not an f64: give the cotangent of the result with --seed",
+                        "`{}` returns {}, not an f64: give {how} with --seed",
                         f.name,
                         crate::with_article(&module.types.display(t).to_string())
                     ),
-                }))
+                }));
             }
             (Some(t), Some(j)) => {
                 if has_tangent(&module.types, t) {

@@ -277,6 +277,23 @@ fn malformed_argument_json_is_a_usage_error() {
     }
 }
 
+/// `mcc grad` on a function whose result is not an `f64` says which seed to give: the
+/// cotangent of a result with a derivative, null for one without.
+#[test]
+fn a_result_that_is_not_an_f64_asks_for_the_right_seed() {
+    let path = tempfile_path("seeds.mcir");
+    std::fs::write(&path, "fn positive(x: f64) -> bool {\n    return x > 0.0;\n}\n\nfn pair(x: f64) -> (f64, f64) {\n    return (x, x * x);\n}\n").unwrap();
+    let p = path.to_str().unwrap();
+    let out = mcc(&["grad", p, "--fn", "positive", "--args", "[1.0]"]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("returns a bool, not an f64: give null with --seed"), "{}", out.stderr);
+    let out = mcc(&["grad", p, "--fn", "positive", "--args", "[1.0]", "--seed", "null"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let out = mcc(&["grad", p, "--fn", "pair", "--args", "[1.0]"]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("give the cotangent of the result with --seed"), "{}", out.stderr);
+}
+
 #[test]
 fn deep_nesting_is_an_error_not_a_stack_overflow() {
     let parens = format!("fn main() -> f64 {{ return {}1.0{}; }}", "(".repeat(100_000), ")".repeat(100_000));
