@@ -276,18 +276,15 @@ fn derive_function(
 ) -> Result<(Function, Function), AdError> {
     // A copy of the primal is made only where counting trips or linearizing branches
     // changes it (a straight-line function of 10⁵ lines is not copied).
-    let counted_primal = match analysis::count_loop_trips(primal) {
-        Some(counted) => {
-            let varied =
-                analysis::varied_values(&module.types, &counted, constant, options.corrupt.is_some());
-            Some(linearize_loops::linearize_all(counted, &varied))
-        }
-        None if linearize::has_branches(primal) => {
-            let varied = analysis::varied_values(&module.types, primal, constant, options.corrupt.is_some());
-            Some(linearize_loops::linearize_all(primal.clone(), &varied))
-        }
+    let copy = match analysis::count_loop_trips(primal) {
+        Some(counted) => Some(counted),
+        None if linearize::has_branches(primal) => Some(primal.clone()),
         None => None,
     };
+    let counted_primal = copy.map(|f| {
+        let varied = analysis::varied_values(&module.types, &f, constant, options.corrupt.is_some());
+        linearize_loops::linearize_all(f, &varied)
+    });
     let primal = counted_primal.as_ref().unwrap_or(primal);
     let edges = analysis::in_edges(primal);
     let keep_zero_ops = options.corrupt.is_some();

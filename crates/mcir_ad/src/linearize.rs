@@ -17,7 +17,7 @@
 //! element's derivative in its forward loop; this does the same.
 
 use mcir_ir::entity::EntityRef;
-use mcir_ir::{Block, BlockCall, FBinOp, FUnOp, Function, Op, Terminator, TypeTable, Value};
+use mcir_ir::{Block, BlockCall, FBinOp, FUnOp, Function, Inst, Op, Terminator, TypeTable, Value};
 use std::collections::HashMap;
 
 /// The most values a linearized branch may read (coefficients per result).
@@ -215,31 +215,17 @@ fn linearize(
         if let Some(b) = arm.block {
             let insts = emitted.f.blocks[b].insts.clone();
             for i in insts {
-                let d = emitted.f.insts[i].clone();
-                let Some(r) = d.result else { continue };
+                let Some(r) = emitted.f.insts[i].result else { continue };
                 if emitted.f.value_type(r) != TypeTable::F64 {
                     continue;
                 }
-                let get = |v: &Value| tangent.get(v).cloned().unwrap_or_else(|| vec![Coef::Zero; m]);
-                let t: Vec<Coef> = match (&d.op, d.args.as_slice()) {
-                    (Op::FBinary(op), [a, b]) => {
-                        let (ta, tb) = (get(a), get(b));
-                        (0..m).map(|k| emitted.binary(*op, *a, *b, r, ta[k], tb[k])).collect()
-                    }
-                    (Op::FUnary(op), [a]) => {
-                        let ta = get(a);
-                        let mut factor = None;
-                        (0..m).map(|k| emitted.unary(*op, *a, r, ta[k], &mut factor)).collect()
-                    }
-                    _ => vec![Coef::Zero; m],
-                };
+                let t = tangent_through(&mut emitted, &tangent, i, r, m);
                 tangent.insert(r, t);
             }
         }
         let mut coefs = Vec::new();
         for &p in &outputs {
-            let t = tangent.get(&arm.args[p]).cloned().unwrap_or_else(|| vec![Coef::Zero; m]);
-            for c in t {
+            for c in tangent_of(&tangent, arm.args[p], m) {
                 coefs.push(emitted.materialise(c));
             }
         }
@@ -287,6 +273,50 @@ fn linearize(
     }
     let rest = std::mem::take(&mut f.blocks[join].insts);
     f.blocks[join].insts = made.into_iter().chain(rest).collect();
+}
+
+/// The tangent of `v` (with respect to each input), zero where none is known.
+pub(crate) fn tangent_of(tangent: &HashMap<Value, Vec<Coef>>, v: Value, m: usize) -> Vec<Coef> {
+    tangent.get(&v).cloned().unwrap_or_else(|| vec![Coef::Zero; m])
+}
+
+/// Forward mode through instruction `i` (result `r`) into `em`, from the tangents known:
+/// `+ - * /`, the unary ops of `Emitter::unary`, and a linearized value; zero otherwise.
+pub(crate) fn tangent_through(
+    em: &mut Emitter,
+    tangent: &HashMap<Value, Vec<Coef>>,
+    i: Inst,
+    r: Value,
+    m: usize,
+) -> Vec<Coef> {
+    let d = em.f.insts[i].clone();
+    let get = |v: &Value| tangent_of(tangent, *v, m);
+    match (&d.op, d.args.as_slice()) {
+        (Op::FBinary(op), [a, b]) => {
+            let (ta, tb) = (get(a), get(b));
+            (0..m).map(|k| em.binary(*op, *a, *b, r, ta[k], tb[k])).collect()
+        }
+        (Op::FUnary(op), [a]) => {
+            let ta = get(a);
+            let mut factor = None;
+            (0..m).map(|k| em.unary(*op, *a, r, ta[k], &mut factor)).collect()
+        }
+        // `Σ jₖ · dxₖ`
+        (Op::Linearized, [_, rest @ ..]) => {
+            let mut t = vec![Coef::Zero; m];
+            for pair in rest.chunks(2) {
+                if let [j, x] = *pair {
+                    let tx = get(&x);
+                    for k in 0..m {
+                        let term = em.scale(tx[k], j);
+                        t[k] = em.add(t[k], term);
+                    }
+                }
+            }
+            t
+        }
+        _ => vec![Coef::Zero; m],
+    }
 }
 
 /// Emits forward-mode arithmetic into a block, folding what zero and one make trivial.

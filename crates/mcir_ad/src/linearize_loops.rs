@@ -23,7 +23,7 @@
 //! forward pass push each iterate and the reverse pass run every iteration backwards; a
 //! hand-written gradient carries the derivative through the iteration, as this does.
 
-use crate::linearize::{supported, Coef, Emitter};
+use crate::linearize::{supported, tangent_of, tangent_through, Coef, Emitter};
 use mcir_ir::cfg::ControlFlow;
 use mcir_ir::entity::EntityRef;
 use mcir_ir::{Block, FUnOp, Function, Inst, Op, TypeTable, Value, ValueDef};
@@ -65,7 +65,9 @@ pub(crate) fn linearize_all(f: Function, varied: &[bool]) -> Function {
     if shaped.is_empty() {
         return f;
     }
-    let (f, done) = linearize_loops(f, &varies);
+    // Linearizing branches adds parameters and instructions, never edges: the control
+    // flow is the same.
+    let (f, done) = linearize_loops(f, &cfg, &varies);
     crate::linearize::linearize_branches(f, &|b| shaped.contains(&b) && !done.contains(&b), &varies)
 }
 
@@ -88,22 +90,25 @@ fn loop_headers(cfg: &ControlFlow) -> Vec<Block> {
 
 /// `f` with every loop that qualifies (see the module docs) linearized, and the blocks
 /// of those loops (their branches are left as they are).
-fn linearize_loops(mut f: Function, varies: &dyn Fn(Value) -> bool) -> (Function, HashSet<Block>) {
+fn linearize_loops(
+    mut f: Function,
+    cfg: &ControlFlow,
+    varies: &dyn Fn(Value) -> bool,
+) -> (Function, HashSet<Block>) {
     let mut done: HashSet<Block> = HashSet::new();
-    let cfg = ControlFlow::compute(&f);
     // Linearizing a loop adds reads of its own values and of values defined before it
     // only, so what this says of the loops after it stays true.
     let users = users_of(&f);
     // Outer loops first: an outer loop linearized takes its inner loops with it. The
     // control flow does not change (only parameters and instructions are added), so the
     // analysis stays valid.
-    for h in loop_headers(&cfg) {
+    for h in loop_headers(cfg) {
         if done.contains(&h) {
             continue;
         }
         let body = cfg.loop_blocks(h);
-        if let Some(plan) = plan(&f, &cfg, h, &body, true, varies, &users) {
-            apply(&mut f, &cfg, h, &body, plan, &users);
+        if let Some(plan) = plan(&f, cfg, h, &body, true, varies, &users) {
+            apply(&mut f, cfg, h, &body, plan, &users);
             done.extend(body);
         }
     }
@@ -357,49 +362,6 @@ fn leaves_in(
         }
     }
     Some(out)
-}
-
-/// The tangent of `v` (with respect to each input), zero where none is known.
-fn tangent_of(tangent: &HashMap<Value, Vec<Coef>>, v: Value, m: usize) -> Vec<Coef> {
-    tangent.get(&v).cloned().unwrap_or_else(|| vec![Coef::Zero; m])
-}
-
-/// Forward mode through instruction `i` (result `r`) into `em`, from the tangents known.
-fn tangent_through(
-    em: &mut Emitter,
-    tangent: &HashMap<Value, Vec<Coef>>,
-    i: Inst,
-    r: Value,
-    m: usize,
-) -> Vec<Coef> {
-    let d = em.f.insts[i].clone();
-    let get = |v: &Value| tangent_of(tangent, *v, m);
-    match (&d.op, d.args.as_slice()) {
-        (Op::FBinary(op), [a, b]) => {
-            let (ta, tb) = (get(a), get(b));
-            (0..m).map(|k| em.binary(*op, *a, *b, r, ta[k], tb[k])).collect()
-        }
-        (Op::FUnary(op), [a]) => {
-            let ta = get(a);
-            let mut factor = None;
-            (0..m).map(|k| em.unary(*op, *a, r, ta[k], &mut factor)).collect()
-        }
-        // `Σ jₖ · dxₖ`
-        (Op::Linearized, [_, rest @ ..]) => {
-            let mut t = vec![Coef::Zero; m];
-            for pair in rest.chunks(2) {
-                if let [j, x] = *pair {
-                    let tx = get(&x);
-                    for k in 0..m {
-                        let term = em.scale(tx[k], j);
-                        t[k] = em.add(t[k], term);
-                    }
-                }
-            }
-            t
-        }
-        _ => vec![Coef::Zero; m],
-    }
 }
 
 /// Linearizes the loop headed by `h` as `plan` says.
