@@ -316,7 +316,14 @@ fn derive_function(
         rv.counted = counted.clone();
         rv.build_all(&edges)?;
         rv.drop_pointless_paths();
-        let path = rv.path_slot();
+        let path = |join: Option<mcir_ir::Block>| rv.path_slot(join);
+        let path: std::collections::HashMap<Option<mcir_ir::Block>, usize> = fw
+            .edge_marks
+            .iter()
+            .map(|&(_, _, join)| Some(join))
+            .chain([None])
+            .filter_map(|j| path(j).map(|s| (j, s)))
+            .collect();
         let slots: Vec<(Option<mcir_ir::Value>, TypeId, String, bool)> =
             rv.slots.iter().map(|s| (s.fwd, s.ty, s.name.clone(), s.direct)).collect();
         let rev_stacks: Vec<mcir_ir::Value> = rv.slots.iter().map(|s| s.rev_stack).collect();
@@ -416,12 +423,12 @@ fn derive_function(
             )
             .unwrap_or(tape_placeholder());
     fw.e.func.values[tape].name = Some("tape".to_string());
-    let path = path_slot.map(|s| stacks[s]);
+    let path = |join: Option<mcir_ir::Block>| path_slot.get(&join).map(|&s| stacks[s]);
     for (eb, k, join) in fw.edge_marks.clone() {
         if replayed.contains(&join) {
             continue;
         }
-        if let Some(path) = path {
+        if let Some(path) = path(Some(join)) {
             fw.e.block = eb;
             let c = fw.e.iconst(k as i64);
             fw.e.eff(mcir_ir::Op::StackPush, vec![path, c]);
@@ -439,7 +446,7 @@ fn derive_function(
         fw.e.block = fb;
         fw.e.span = primal.blocks[r].term_span;
         if returns.len() > 1 {
-            if let Some(path) = path {
+            if let Some(path) = path(None) {
                 let c = fw.e.iconst(k as i64);
                 fw.e.eff(mcir_ir::Op::StackPush, vec![path, c]);
             }

@@ -62,7 +62,13 @@ pub(crate) struct Reverse<'a> {
     read_slot_of: HashMap<(Value, Block), usize>,
     /// How many loops contain each primal block.
     loop_depth: Vec<u32>,
+    /// The path stack that joins in loops share (edges are popped in the reverse of the
+    /// order they were taken).
     path_slot: Option<usize>,
+    /// The path of each join outside every loop, and of the return taken, on a stack of
+    /// its own: pushed at most once per call, each becomes a field of the record
+    /// (`record.rs`), where a shared stack would cost an allocation per call.
+    own_path_slots: HashMap<Option<Block>, usize>,
     /// Values pushed at the end of each primal block: (primal block, forward value, slot).
     pub pushes: Vec<(Block, Value, usize)>,
     /// The reverse block of each primal block and the adjoints it receives.
@@ -591,6 +597,7 @@ impl<'a> Reverse<'a> {
             read_slot_of: HashMap::default(),
             loop_depth,
             path_slot: None,
+            own_path_slots: HashMap::default(),
             pushes: Vec::new(),
             rblock,
             adj_in,
@@ -1124,7 +1131,26 @@ impl<'a> Reverse<'a> {
         Ok(self.get(fv))
     }
 
-    fn path_stack(&mut self) -> Value {
+    /// The stack the path into `join` is popped from (`None`: the return taken). A join
+    /// that no edge into it reaches from inside a loop, and the return, have a stack of
+    /// their own; joins in loops share one.
+    fn path_stack(&mut self, join: Option<Block>) -> Value {
+        let own = match join {
+            None => true,
+            Some(b) => {
+                self.depth_of(b) == 0
+                    && self.primal_edges_into(b).iter().all(|&from| self.depth_of(from) == 0)
+            }
+        };
+        if own {
+            if let Some(&s) = self.own_path_slots.get(&join) {
+                return self.slots[s].rev_stack;
+            }
+            let name = if join.is_some() { "path" } else { "ret" };
+            let s = self.new_slot(None, TypeTable::I64, name.to_string(), false);
+            self.own_path_slots.insert(join, s);
+            return self.slots[s].rev_stack;
+        }
         let slot = match self.path_slot {
             Some(s) => s,
             None => {
@@ -1136,8 +1162,20 @@ impl<'a> Reverse<'a> {
         self.slots[slot].rev_stack
     }
 
-    pub fn path_slot(&self) -> Option<usize> {
-        self.path_slot
+    /// The primal blocks with an edge into `b`.
+    fn primal_edges_into(&self, b: Block) -> Vec<Block> {
+        self.primal
+            .blocks
+            .iter()
+            .filter(|(_, d)| d.term.successors().any(|c| c.block == b))
+            .map(|(from, _)| from)
+            .collect()
+    }
+
+    /// The slot of the path into `join` (`None`: of the return taken) in the forward
+    /// pass's pushes.
+    pub fn path_slot(&self, join: Option<Block>) -> Option<usize> {
+        self.own_path_slots.get(&join).copied().or(self.path_slot)
     }
 
     // ---- adjoints ----
@@ -1328,7 +1366,7 @@ impl<'a> Reverse<'a> {
             })
             .collect();
         if targets.len() > 1 {
-            let stack = self.path_stack();
+            let stack = self.path_stack(None);
             let k = self.e.val(Op::StackPop, vec![stack], TypeTable::I64);
             self.e.name(k, Some("ret".to_string()));
             self.dispatch(k, targets)?;
@@ -1527,7 +1565,7 @@ impl<'a> Reverse<'a> {
             Some(_) => None,
             None if conditions.is_some() => None,
             None => {
-                let stack = self.path_stack();
+                let stack = self.path_stack(Some(b));
                 let k = self.e.val(Op::StackPop, vec![stack], TypeTable::I64);
                 self.e.name(k, Some("from".to_string()));
                 self.path_pops.push((k, b));

@@ -17,6 +17,11 @@
 //!   then costs what the same code written in the loop costs, in the primal and in every
 //!   derived pass (its tape is part of the loop's).
 //!
+//! A function that calls (a recursion, or one too large for either kind) may still have
+//! its base case inlined: the test it begins with and the arm that returns without
+//! calling take the place of its calls outside loops, and the call remains in the other
+//! arm ([`inline_base_cases`], [`MAX_BASE_TEST_INSTS`], [`MAX_BASE_CASE_INSTS`]).
+//!
 //! Inlined instructions keep their source spans, and a runtime error names the function
 //! whose source holds the failing instruction (`Module::function_at`), so errors read the
 //! same as without inlining. Callees are inlined first, in rounds: a step function that
@@ -278,6 +283,218 @@ fn inline_into(mut f: Function, callees: &[Option<Function>]) -> Function {
     f
 }
 
+/// The most instructions a function's entry may have for its base case to be inlined
+/// (they run at the call site, and again in the call when the base case does not hold).
+pub const MAX_BASE_TEST_INSTS: usize = 8;
+
+/// The most instructions a base case may have to be inlined where its function is called.
+pub const MAX_BASE_CASE_INSTS: usize = 24;
+
+/// A function whose base case is inlined where it is called: the function, and whether
+/// the base case is the `then` arm of its entry's branch.
+struct BaseCase {
+    callee: Function,
+    then_arm: bool,
+}
+
+/// `module` with the base case of each function that calls (a recursive one, or one too
+/// large to inline) inlined where it is called: a call `f(args)` whose `f` begins by
+/// testing its arguments and then returns from one arm without calling (`if hi - lo == 1
+/// { return leaf(v[lo]); }`) becomes that test, that arm inlined, and the call only when
+/// the test fails. Half the calls of a divide and conquer are its leaves; each then costs
+/// what the leaf's arithmetic costs, with no call, no frame, and in derived passes no
+/// record of its own (its values are kept in its caller's). Function ids do not change.
+///
+/// A base case qualifies when its function has no hand-written rule and is no part of
+/// one; its entry has at most [`MAX_BASE_TEST_INSTS`] instructions that read and compute
+/// (no write, call or allocation) and ends in a branch; and exactly one arm is a block
+/// that returns, of at most [`MAX_BASE_CASE_INSTS`] instructions, none of which calls,
+/// allocates or touches a stack or tape. Calls in loops are left as they are (derived
+/// passes would record the test's outcome per iteration), and so are calls in functions
+/// with a hand-written rule. An inlined base case is not a call: `--max-depth` does not
+/// count it, as it counts no inlined function.
+pub fn inline_base_cases(module: &Module) -> Module {
+    let in_rules: Vec<FuncId> = module
+        .rules
+        .iter()
+        .flat_map(|r| {
+            let parts = match r.kind {
+                crate::function::RuleKind::Reverse { rule, pullback } => vec![rule, pullback],
+                crate::function::RuleKind::Forward { rule, pushforward } => vec![rule, pushforward],
+                crate::function::RuleKind::Checkpoint { inner } => vec![inner],
+                crate::function::RuleKind::Zero => vec![],
+            };
+            std::iter::once(r.func).chain(parts)
+        })
+        .collect();
+    let cases: Vec<Option<BaseCase>> = module
+        .funcs
+        .iter()
+        .map(|(id, f)| {
+            if in_rules.contains(&id) {
+                return None;
+            }
+            base_case_arm(&module.types, f).map(|then_arm| BaseCase { callee: f.clone(), then_arm })
+        })
+        .collect();
+    if cases.iter().all(Option::is_none) {
+        return module.clone();
+    }
+    let mut out = module.clone();
+    let ids: Vec<FuncId> = out.funcs.keys().collect();
+    for id in ids {
+        if in_rules.contains(&id) {
+            continue;
+        }
+        let calls = out.funcs[id]
+            .insts
+            .iter()
+            .any(|(_, d)| matches!(d.op, Op::Call(g) if cases.get(g.index()).is_some_and(Option::is_some)));
+        if calls {
+            let f = std::mem::replace(&mut out.funcs[id], Function::new("", &[], None));
+            out.funcs[id] = split_calls(f, &cases);
+        }
+    }
+    out
+}
+
+/// Whether `f` has a base case to inline (see [`inline_base_cases`]): `Some(true)` when
+/// it is the `then` arm of the entry's branch, `Some(false)` when the `else` arm.
+fn base_case_arm(types: &TypeTable, f: &Function) -> Option<bool> {
+    if !f.insts.values().any(|d| matches!(d.op, Op::Call(_))) {
+        return None;
+    }
+    let entry = &f.blocks[f.entry()];
+    let Terminator::Branch { then_dest, else_dest, .. } = &entry.term else { return None };
+    let tests = entry.insts.len() <= MAX_BASE_TEST_INSTS
+        && entry.insts.iter().all(|&i| {
+            let op = &f.insts[i].op;
+            op.is_scalar_arith()
+                || matches!(
+                    op,
+                    Op::IBinary(_) | Op::IUnary(_) | Op::FToI | Op::ArrayDim(_) | Op::Load | Op::TupleGet(_)
+                )
+                || matches!(op, Op::StructGet(..))
+        });
+    if !tests || then_dest.block == else_dest.block {
+        return None;
+    }
+    let base = |b: Block| {
+        let data = &f.blocks[b];
+        b != f.entry()
+            && matches!(data.term, Terminator::Return(_))
+            && data.insts.len() <= MAX_BASE_CASE_INSTS
+            && data.insts.iter().all(|&i| {
+                let op = &f.insts[i].op;
+                let mutable_record = matches!(op, Op::StructNew(s) if types.struct_def(*s).mutable);
+                !op.allocates()
+                    && !mutable_record
+                    && !matches!(
+                        op,
+                        Op::Call(_)
+                            | Op::StackNew
+                            | Op::StackPush
+                            | Op::StackPop
+                            | Op::StackPeek
+                            | Op::StackReserve
+                            | Op::StackPut
+                            | Op::ArenaMark
+                            | Op::ArenaRelease
+                            | Op::TapeMark
+                            | Op::TapeRelease
+                    )
+            })
+    };
+    match (base(then_dest.block), base(else_dest.block)) {
+        (true, false) => Some(true),
+        (false, true) => Some(false),
+        _ => None,
+    }
+}
+
+/// `f` with each call of a function that `cases` gives a base case for replaced by the
+/// function's entry, its base case, and the call in the other arm.
+fn split_calls(mut f: Function, cases: &[Option<BaseCase>]) -> Function {
+    let mut subst: HashMap<Value, Value> = HashMap::new();
+    let blocks: Vec<Block> = f.blocks.keys().collect();
+    let loop_depths = crate::cfg::ControlFlow::compute(&f).loop_depths();
+    let mut order: Vec<Block> = Vec::with_capacity(blocks.len());
+    for &first in &blocks {
+        order.push(first);
+        let term = std::mem::replace(&mut f.blocks[first].term, Terminator::Return(None));
+        let term_span = f.blocks[first].term_span;
+        let mut current = first;
+        let old = std::mem::take(&mut f.blocks[first].insts);
+        // In a loop, the join after the test would be recorded on a stack per iteration
+        // by derived passes; outside loops it is a field of the call's record.
+        let in_loop = loop_depths.get(first.index()).is_some_and(|&d| d > 0);
+        for inst in old {
+            let d = f.insts[inst].clone();
+            let case = match d.op {
+                Op::Call(g) if !in_loop => cases.get(g.index()).and_then(Option::as_ref),
+                _ => None,
+            };
+            let Some(BaseCase { callee, then_arm }) = case else {
+                f.blocks[current].insts.push(inst);
+                continue;
+            };
+            let entry = callee.entry();
+            let mut map: HashMap<Value, Value> =
+                callee.param_values().iter().copied().zip(d.args.iter().copied()).collect();
+            copy_block_mapped(&mut f, current, callee, entry, &mut map);
+            let Terminator::Branch { cond, then_dest, else_dest } = &callee.blocks[entry].term else {
+                unreachable!("a base case follows a branch")
+            };
+            let arm = if *then_arm { then_dest } else { else_dest };
+            let mv = |map: &HashMap<Value, Value>, v: Value| map.get(&v).copied().unwrap_or(v);
+            for (&p, &a) in callee.blocks[arm.block].params.iter().zip(&arm.args) {
+                let image = mv(&map, a);
+                map.insert(p, image);
+            }
+            // The base case, inlined.
+            let base = f.add_block();
+            copy_block_mapped(&mut f, base, callee, arm.block, &mut map);
+            // The call, when the base case does not hold.
+            let call = f.add_block();
+            let ty = d.result.map(|r| f.value_type(r));
+            let result = f.push_inst(call, d.op.clone(), d.args.clone(), ty, d.span);
+            let after = f.add_block();
+            if let (Some(r), Some(ty)) = (d.result, ty) {
+                let name = f.values[r].name.clone();
+                let p = f.add_block_param(after, ty, name);
+                subst.insert(r, p);
+            }
+            let Terminator::Return(ret) = callee.blocks[arm.block].term else {
+                unreachable!("a base case returns")
+            };
+            let base_result = ret.map(|v| mv(&map, v)).into_iter().filter(|_| d.result.is_some()).collect();
+            let base_span = callee.blocks[arm.block].term_span;
+            f.set_terminator(
+                base,
+                Terminator::Jump(BlockCall { block: after, args: base_result }),
+                base_span,
+            );
+            let call_args = result.into_iter().filter(|_| d.result.is_some()).collect();
+            f.set_terminator(call, Terminator::Jump(BlockCall { block: after, args: call_args }), d.span);
+            let (yes, no) = if *then_arm { (base, call) } else { (call, base) };
+            f.set_terminator(
+                current,
+                Terminator::Branch {
+                    cond: mv(&map, *cond),
+                    then_dest: BlockCall { block: yes, args: vec![] },
+                    else_dest: BlockCall { block: no, args: vec![] },
+                },
+                callee.blocks[entry].term_span,
+            );
+            order.extend([base, call, after]);
+            current = after;
+        }
+        f.set_terminator(current, term, term_span);
+    }
+    f.substitute(&subst);
+    f.into_rebuilt(&order)
+}
+
 /// Copies the instructions of `callee`'s block `from` to the end of `f`'s block `to`,
 /// with `params` read as `args`; returns the map from the callee's values to `f`'s.
 fn copy_block(
@@ -289,6 +506,20 @@ fn copy_block(
     args: &[Value],
 ) -> HashMap<Value, Value> {
     let mut map: HashMap<Value, Value> = params.iter().copied().zip(args.iter().copied()).collect();
+    copy_block_mapped(f, to, callee, from, &mut map);
+    map
+}
+
+/// Copies the instructions of `callee`'s block `from` to the end of `f`'s block `to`,
+/// each callee value that `map` holds read as its image; adds the copies' results to
+/// `map`.
+fn copy_block_mapped(
+    f: &mut Function,
+    to: Block,
+    callee: &Function,
+    from: Block,
+    map: &mut HashMap<Value, Value>,
+) {
     for &ci in &callee.blocks[from].insts {
         let cd = &callee.insts[ci];
         let args: Vec<Value> = cd.args.iter().map(|a| map.get(a).copied().unwrap_or(*a)).collect();
@@ -299,7 +530,6 @@ fn copy_block(
             map.insert(r, nv);
         }
     }
-    map
 }
 
 /// Copies every block of `callee` into `f` (appending them to `order`), its parameters
@@ -400,5 +630,53 @@ mod tests {
         let inlined = inline_small_functions(&m);
         let main = inlined.func_by_name("main").unwrap();
         assert!(crate::print_function(&inlined, &inlined.funcs[main]).contains("call @get"));
+    }
+
+    /// A recursion `pow(x, n)`: `n == 0` returns `1.0`, else `x * pow(x, n - 1)`.
+    const POWER: &str = "fn @pow(%x_0: f64, %n_1: i64) -> f64 {\nbb0:\n    %z_2: i64 = iconst 0\n    %c_3: bool = icmp eq %n_1, %z_2\n    br %c_3, bb1, bb2\n\
+                         bb1:\n    %o_4: f64 = fconst 1.0\n    ret %o_4\n\
+                         bb2:\n    %k_5: i64 = iconst 1\n    %m_6: i64 = isub %n_1, %k_5\n    %p_7: f64 = call @pow(%x_0, %m_6)\n    %r_8: f64 = fmul %x_0, %p_7\n    ret %r_8\n}\n\n";
+
+    #[test]
+    fn a_recursive_functions_base_case_is_inlined_where_it_is_called() {
+        let text = format!(
+            "{POWER}fn @main(%a_0: f64, %n_1: i64) -> f64 {{\nbb0:\n    %b_2: f64 = call @pow(%a_0, %n_1)\n    ret %b_2\n}}\n"
+        );
+        let m = crate::parse_module(&text).unwrap();
+        let split = inline_base_cases(&m);
+        crate::verify_module(&split).unwrap();
+        for name in ["main", "pow"] {
+            let f = &split.funcs[split.func_by_name(name).unwrap()];
+            let printed = crate::print_function(&split, f);
+            // The test, then the base case beside the call, joined after them.
+            assert_eq!(printed.matches("call @pow").count(), 1, "{printed}");
+            assert!(printed.contains("fconst 1.0"), "{printed}");
+            let entry = &f.blocks[f.entry()];
+            assert!(matches!(entry.term, Terminator::Branch { .. }), "{printed}");
+        }
+        // `pow` tests twice on the way to its call: in its entry, and before calling.
+        let pow = &split.funcs[split.func_by_name("pow").unwrap()];
+        assert_eq!(crate::print_function(&split, pow).matches("icmp eq").count(), 2);
+    }
+
+    #[test]
+    fn calls_in_loops_and_functions_with_rules_keep_their_calls_whole() {
+        let text = format!(
+            "{POWER}fn @main(%a_0: f64, %n_1: i64) -> f64 {{\nbb0:\n    %z_2: i64 = iconst 0\n    %s_3: f64 = fconst 0.0\n    jump bb1(%z_2, %s_3)\n\
+             bb1(%i_4: i64, %t_5: f64):\n    %c_6: bool = icmp lt %i_4, %n_1\n    br %c_6, bb2, bb3\n\
+             bb2:\n    %p_7: f64 = call @pow(%a_0, %i_4)\n    %u_8: f64 = fadd %t_5, %p_7\n    %k_9: i64 = iconst 1\n    %j_10: i64 = iadd %i_4, %k_9\n    jump bb1(%j_10, %u_8)\n\
+             bb3:\n    ret %t_5\n}}\n"
+        );
+        let m = crate::parse_module(&text).unwrap();
+        let split = inline_base_cases(&m);
+        crate::verify_module(&split).unwrap();
+        let main = &split.funcs[split.func_by_name("main").unwrap()];
+        assert_eq!(main, &m.funcs[m.func_by_name("main").unwrap()]);
+        // With a rule of its own, `pow` is left as written, and so are its calls.
+        let mut ruled = crate::parse_module(&text).unwrap();
+        let pow = ruled.func_by_name("pow").unwrap();
+        ruled.rules.push(crate::function::CustomRule { func: pow, kind: crate::function::RuleKind::Zero });
+        let split = inline_base_cases(&ruled);
+        assert_eq!(split.funcs[pow], ruled.funcs[pow]);
     }
 }
