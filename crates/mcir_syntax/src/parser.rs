@@ -133,20 +133,39 @@ pub fn parse_with(src: &str, limits: &SourceLimits) -> Parsed {
     let mut recovered: Vec<ErrorRecovery<usize, Token, Issue>> = Vec::new();
     let parser = grammar::ProgramParser::new();
     let result = parser.parse(&mut recovered, toks.into_iter().map(Ok::<_, Issue>));
+    let mut syntax: Vec<(Diagnostic, bool)> = Vec::new();
     for r in recovered {
+        let cascade = is_cascade(&r.error);
         if let Some(d) = parse_error_diag(r.error, src) {
-            diagnostics.push(d);
+            syntax.push((d, cascade));
         }
     }
     let program = match result {
         Ok(p) => p,
         Err(e) => {
+            let cascade = is_cascade(&e);
             if let Some(d) = parse_error_diag(e, src) {
-                diagnostics.push(d);
+                syntax.push((d, cascade));
             }
             Program::default()
         }
     };
+    // Recovery skips to the end of the statement in error, which can leave the braces
+    // around it unbalanced: the rest of the function then reads as items, or the file
+    // ends early. Those errors follow from the first and are not reported.
+    syntax.sort_by_key(|(d, _)| d.span.start);
+    let first = syntax.first().map(|(d, _)| d.span.start);
+    let lexical_first = diagnostics.iter().map(|d| d.span.start).min();
+    let earliest = match (first, lexical_first) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    for (d, cascade) in syntax {
+        if cascade && earliest.is_some_and(|e| e < d.span.start) {
+            continue;
+        }
+        diagnostics.push(d);
+    }
     if diagnostics.is_empty() {
         if let Some(d) = check_expr_depth(&program, limits.max_expr_depth) {
             diagnostics.push(d);
@@ -286,6 +305,44 @@ fn friendly_expected(expected: &[String]) -> String {
     }
 }
 
+/// Whether a syntax error is one that an earlier error's recovery may have caused: the
+/// file ending early, or a token where only an item (`fn`, `struct`, ..) may start.
+fn is_cascade(e: &ParseError<usize, Token, Issue>) -> bool {
+    match e {
+        ParseError::UnrecognizedEof { .. } => true,
+        ParseError::UnrecognizedToken { expected, .. } => {
+            expected.iter().any(|x| x == "\"fn\"") && expected.iter().any(|x| x == "\"struct\"")
+        }
+        _ => false,
+    }
+}
+
+/// Advice for a syntax error at `l..r` on token `t`, from what other languages allow
+/// and mcir does not.
+fn hint(t: &Token, l: usize, src: &str) -> Option<&'static str> {
+    let before = src.get(..l).unwrap_or("").trim_end();
+    match t {
+        Token::If => Some(
+            "`if` is a statement, not an expression: declare the variable first and assign it in each arm \
+             (`let mut y = b; if c { y = a; }`)",
+        ),
+        Token::Assign if before.ends_with("..") => {
+            Some("ranges leave their end out and have no `..=`: `0..4` runs 0, 1, 2, 3")
+        }
+        Token::While if before.ends_with(']') && before.contains("#[") => {
+            Some("`#[checkpoint]` goes before a `for` loop only, one that runs from start to end (docs/language.md)")
+        }
+        _ => {
+            // `loop { y = .. }` reads as a struct literal `loop { field: .. }`.
+            let head = before.trim_end_matches(|c: char| c.is_alphanumeric() || c == '_').trim_end();
+            let head = head.strip_suffix('{')?.trim_end();
+            let word_start = head.trim_end_matches(|c: char| c.is_alphanumeric() || c == '_');
+            (&head[word_start.len()..] == "loop")
+                .then_some("mcir has no `loop`: write `while true { .. }`, and leave it with `break` or `return`")
+        }
+    }
+}
+
 fn parse_error_diag(e: ParseError<usize, Token, Issue>, src: &str) -> Option<Diagnostic> {
     Some(match e {
         ParseError::InvalidToken { location } => {
@@ -311,6 +368,8 @@ fn parse_error_diag(e: ParseError<usize, Token, Issue>, src: &str) -> Option<Dia
                 && matches!(src.get(r..r + 1), Some(s) if s.bytes().all(|b| b.is_ascii_digit()))
             {
                 d.with_note("a float literal needs a digit before the `.`: write `0.5`, not `.5`")
+            } else if let Some(h) = hint(&t, l, src) {
+                d.with_note(h)
             } else if expected.iter().any(|e| e == "\";\"") && l > 0 {
                 d.with_note("is a `;` missing at the end of the previous statement?")
             } else {
