@@ -387,7 +387,9 @@ fn derive_function(
                 continue;
             }
         }
-        fw.e.func.push_inst(fb, mcir_ir::Op::StackPush, vec![stacks[slot], fv], None, primal.span);
+        // A push that outgrows the memory limit fails where the value it keeps was made.
+        let span = value_span(&fw.e.func, fv).unwrap_or(primal.span);
+        fw.e.func.push_inst(fb, mcir_ir::Op::StackPush, vec![stacks[slot], fv], None, span);
     }
     // The reverse pass pops a record's values from the stack of its first, named for
     // what it now holds; the others' fields hold the same stack and are not read.
@@ -577,6 +579,11 @@ fn shorten_chains(f: Function, types: &mcir_ir::TypeTable) -> Function {
 /// and the type. Their values go in the order the forward pass pushes them (the reverse
 /// of the pops'), so that the record's last value is the first popped. One cursor then
 /// serves them all, in both passes, where each stack took its own.
+/// The source of the instruction that made `v` in `f`, if it has one.
+fn value_span(f: &Function, v: mcir_ir::Value) -> Option<mcir_ir::Span> {
+    f.defining(v).map(|d| d.span).filter(|s| s.end > 0)
+}
+
 fn shared_records(
     rev: &Function,
     slots: &[(Option<mcir_ir::Value>, TypeId, String, bool)],
@@ -737,7 +744,8 @@ impl<'a> StaticTape<'a> {
             return Some((o, fi));
         }
         let f = &mut fw.e.func;
-        let span = self.primal.span;
+        // A reservation that outgrows the memory limit fails at the loop it is for.
+        let span = self.loop_span(l.header);
         let i64t = Some(mcir_ir::TypeTable::I64);
         // Room for max(bound - init, 0) iterations, and the header's one more run; the
         // offset `base - init` makes iteration i's index `offset + i`.
@@ -753,6 +761,16 @@ impl<'a> StaticTape<'a> {
 }
 
 impl StaticTape<'_> {
+    /// The source of the loop whose header is `header` (its test), or of the function.
+    fn loop_span(&self, header: mcir_ir::Block) -> mcir_ir::Span {
+        let test = self.primal.blocks[header].term_span;
+        if test.end > 0 {
+            test
+        } else {
+            self.primal.span
+        }
+    }
+
     /// Whether block `pre` only leads into loop header `header`: it jumps there and
     /// nowhere else, so what it does runs once per entry into the loop.
     fn only_enters(&self, pre: mcir_ir::Block, header: mcir_ir::Block) -> bool {
@@ -813,7 +831,7 @@ impl StaticTape<'_> {
         }
         let fouter = *fw.block_map.get(outer_pre.index())?;
         let fpre = *fw.block_map.get(pre.index())?;
-        let span = self.primal.span;
+        let span = self.loop_span(outer.header);
         let i64t = Some(mcir_ir::TypeTable::I64);
         let emit = |fw: &mut forward::Forward, b: mcir_ir::Block, op: Op, args: Vec<mcir_ir::Value>| {
             fw.e.func.push_inst(b, op, args, i64t, span)
