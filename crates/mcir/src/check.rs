@@ -30,11 +30,22 @@ pub struct CheckOptions {
     pub order: u8,
     /// Corrupts a rule on purpose (for testing the checker itself).
     pub ad: AdOptions,
+    /// The arguments held constant (by position; `mcc check --const`): they are not
+    /// perturbed and have no derivative, and the rules checked are the ones derived
+    /// with them constant, as `mcc grad --const` runs them.
+    pub constant: Vec<usize>,
 }
 
 impl Default for CheckOptions {
     fn default() -> Self {
-        CheckOptions { trials: 5, rtol: 1e-6, seed: 0x6d63_6972, order: 2, ad: AdOptions::default() }
+        CheckOptions {
+            trials: 5,
+            rtol: 1e-6,
+            seed: 0x6d63_6972,
+            order: 2,
+            ad: AdOptions::default(),
+            constant: Vec::new(),
+        }
     }
 }
 
@@ -200,6 +211,10 @@ pub struct CheckReport {
     /// The arguments each failing trial drew (when none were given), as the JSON that
     /// `--args` takes, to reproduce it: `(trial, arguments)`.
     pub arguments: Vec<(usize, String)>,
+    /// Evaluations at perturbed arguments stopped by the checker's time budget (a
+    /// perturbation made a loop run on, as a tolerance pushed below zero does); they
+    /// are left out of the comparisons.
+    pub timed_out: usize,
 }
 
 impl Failure {
@@ -336,6 +351,14 @@ impl CheckReport {
                 }
             };
         }
+        if self.timed_out > 0 {
+            let _ = writeln!(
+                s,
+                "  {} evaluation(s) at perturbed arguments ran out of time and were left out: a perturbation \
+                 may make a loop run on (a tolerance below zero); hold such an argument with --const",
+                self.timed_out
+            );
+        }
         for (trial, args) in &self.arguments {
             let _ = writeln!(s, "  trial {trial} drew --args '{args}'");
         }
@@ -425,7 +448,7 @@ impl CheckReport {
             .collect();
         serde_json::json!({
             "function": self.function, "passed": self.passed(), "trials": self.trials,
-            "skipped": self.skipped, "compared": self.compared, "failures": fails, "suspect_rules": suspects,
+            "skipped": self.skipped, "compared": self.compared, "timed_out": self.timed_out, "failures": fails, "suspect_rules": suspects,
             "arguments": self.arguments.iter().map(|(t, a)| serde_json::json!({"trial": t, "args": a})).collect::<Vec<_>>()
         })
         .to_string()
@@ -763,6 +786,17 @@ impl Program {
             Some(a) => Some(crate::json::decode_args(&self.module, func, a).map_err(GradError::Args)?),
             None => None,
         };
+        let n = self.module.funcs[func].params.len();
+        if options.ad.corrupt.is_some() && !options.constant.is_empty() {
+            return Err(GradError::Args(crate::error::ArgError {
+                message: "a corrupted rule is checked with every argument active, not with --const".into(),
+            }));
+        }
+        if let Some(&i) = options.constant.iter().find(|&&i| i >= n) {
+            return Err(GradError::Args(crate::error::ArgError {
+                message: format!("--const {i}: the function takes {}", plural_arguments(n)),
+            }));
+        }
         let mut d = self.differentiate(&options.ad).map_err(GradError::Derive)?;
         let mut report = check_with(self, &mut d, func, fixed.as_deref(), options, limits);
         if !report.failures.is_empty() {
@@ -773,6 +807,73 @@ impl Program {
         }
         Ok(report)
     }
+}
+
+/// `n` arguments, in words.
+fn plural_arguments(n: usize) -> String {
+    if n == 1 {
+        "1 argument".to_string()
+    } else {
+        format!("{n} arguments")
+    }
+}
+
+/// The arguments `x` of a function with parameter types `params`, each one not
+/// `constant` rebuilt from `vals` (its differentiable scalars in order), the constant
+/// ones as they are.
+fn rebuild_args(
+    types: &TypeTable,
+    params: &[TypeId],
+    constant: &[bool],
+    x: &[Val],
+    vals: &mut dyn Iterator<Item = f64>,
+) -> Vec<Val> {
+    x.iter()
+        .zip(params)
+        .enumerate()
+        .map(|(i, (v, &t))| {
+            if constant[i] {
+                deep_copy_all(std::slice::from_ref(v))[0].clone()
+            } else {
+                rebuild(types, t, v, vals)
+            }
+        })
+        .collect()
+}
+
+/// One tangent per argument: those not `constant` from `dir` in order, the constant
+/// ones zero (forward mode ignores them).
+fn tangents_along(
+    types: &TypeTable,
+    params: &[TypeId],
+    constant: &[bool],
+    x: &[Val],
+    dir: &[f64],
+) -> Vec<Val> {
+    let mut it = dir.iter().copied();
+    x.iter()
+        .zip(params)
+        .enumerate()
+        .map(|(i, (xv, &t))| {
+            if constant[i] {
+                tangent_from(types, t, xv, &mut std::iter::repeat(0.0))
+            } else {
+                tangent_from(types, t, xv, &mut it)
+            }
+        })
+        .collect()
+}
+
+/// The tangents `vals` (one per argument) flattened, those of `constant` arguments
+/// left out.
+fn flatten_tangents(types: &TypeTable, params: &[TypeId], constant: &[bool], vals: &[Val]) -> Vec<f64> {
+    let mut out = Vec::new();
+    for (i, (v, &t)) in vals.iter().zip(params).enumerate() {
+        if !constant[i] {
+            flatten_tangent(types, t, v, &mut out);
+        }
+    }
+    out
 }
 
 /// The checks, with rules already derived (possibly corrupted on purpose).
@@ -793,6 +894,14 @@ pub(crate) fn check_with(
         .enumerate()
         .map(|(i, &p)| f.values[p].name.clone().unwrap_or_else(|| format!("arg{i}")))
         .collect();
+    let constant: Vec<bool> = (0..f.params.len()).map(|i| options.constant.contains(&i)).collect();
+    let any_constant = constant.contains(&true);
+    // No kinds at all where every argument is active: the rules every mode uses.
+    let kinds: Vec<crate::ArgKind> = if any_constant {
+        constant.iter().map(|&c| if c { crate::ArgKind::Const } else { crate::ArgKind::Active }).collect()
+    } else {
+        Vec::new()
+    };
     let mut rng = Rng::new(options.seed);
     let mut report = CheckReport { function: f.name.clone(), trials: options.trials, ..Default::default() };
     let render = |e: &mcir_interp::RuntimeError| {
@@ -802,6 +911,7 @@ pub(crate) fn check_with(
     /// How long a call at drawn arguments may run when no time limit is given.
     const DRAWN_CALL_BUDGET: std::time::Duration = std::time::Duration::from_secs(10);
     let mut drawn: Vec<String> = Vec::new();
+    let timed_out = std::cell::Cell::new(0usize);
     for trial in 1..=options.trials {
         let x: Vec<Val> = match fixed {
             Some(a) => deep_copy_all(a),
@@ -824,8 +934,10 @@ pub(crate) fn check_with(
                 yv = values_of(types, t, v);
             }
             let mut post = Vec::new();
-            for (v, &t) in copies.iter().zip(&f.params) {
-                post.extend(values_of(types, t, v));
+            for (i, (v, &t)) in copies.iter().zip(&f.params).enumerate() {
+                if !constant[i] {
+                    post.extend(values_of(types, t, v));
+                }
             }
             Ok((yv, post, y, copies))
         };
@@ -841,7 +953,15 @@ pub(crate) fn check_with(
         let budget = (started.elapsed() * 100).max(std::time::Duration::from_millis(250));
         let fd_limits =
             Limits { timeout: Some(limits.timeout.map_or(budget, |t| t.min(budget))), ..limits.clone() };
-        let eval = |xs: &[Val]| eval_with(xs, &fd_limits);
+        let eval = |xs: &[Val]| {
+            let out = eval_with(xs, &fd_limits);
+            if let Err(e) = &out {
+                if matches!(e.kind, mcir_interp::RuntimeErrorKind::Timeout(_)) {
+                    timed_out.set(timed_out.get() + 1);
+                }
+            }
+            out
+        };
         let (y0, post0, yval, post_args) = match first {
             Ok(r) => r,
             Err(e) => {
@@ -853,6 +973,9 @@ pub(crate) fn check_with(
         };
         let mut comps: Vec<(usize, String, f64)> = Vec::new();
         for (i, (v, &t)) in x.iter().zip(&f.params).enumerate() {
+            if constant[i] {
+                continue;
+            }
             let mut flat = Vec::new();
             flatten(types, t, v, &names[i], &mut flat);
             comps.extend(flat.into_iter().map(|(l, val)| (i, l, val)));
@@ -874,25 +997,34 @@ pub(crate) fn check_with(
         let seed_args: Vec<Option<Val>> = post_args
             .iter()
             .zip(&f.params)
-            .map(
-                |(v, &t)| {
-                    if has_tangent(types, t) {
-                        Some(tangent_from(types, t, v, &mut wit))
-                    } else {
-                        None
-                    }
-                },
-            )
+            .enumerate()
+            .map(|(i, (v, &t))| {
+                if has_tangent(types, t) && !constant[i] {
+                    Some(tangent_from(types, t, v, &mut wit))
+                } else {
+                    None
+                }
+            })
             .collect();
         let x_for_vjp = deep_copy_all(&x);
         let before = deep_copy_all(&x_for_vjp);
-        let vjp = match d.vjp(func, &x_for_vjp, seed.clone(), &seed_args, limits) {
+        // With constants, the rule derived for them, as `mcc grad --const` runs it.
+        let vjp = if any_constant {
+            program.vjp_with(func, &x_for_vjp, seed.clone(), &seed_args, &kinds, limits).map_err(
+                |e| match e {
+                    GradError::Runtime(e) => render(&e),
+                    other => other.to_string(),
+                },
+            )
+        } else {
+            d.vjp(func, &x_for_vjp, seed.clone(), &seed_args, limits).map_err(|e| render(&e))
+        };
+        let vjp = match vjp {
             Ok(v) => v,
             Err(e) => {
-                report.failures.push(Failure::Error {
-                    trial,
-                    message: format!("the derived rule fails: {}", render(&e)),
-                });
+                report
+                    .failures
+                    .push(Failure::Error { trial, message: format!("the derived rule fails: {e}") });
                 continue;
             }
         };
@@ -901,10 +1033,7 @@ pub(crate) fn check_with(
                 report.failures.push(Failure::NotRestored { trial, arg: i, name: names[i].clone() });
             }
         }
-        let mut grad = Vec::new();
-        for (g, &t) in vjp.gradient.iter().zip(&f.params) {
-            flatten_tangent(types, t, g, &mut grad);
-        }
+        let grad = flatten_tangents(types, &f.params, &constant, &vjp.gradient);
         if grad.len() != comps.len() {
             report.failures.push(Failure::Error {
                 trial,
@@ -920,7 +1049,7 @@ pub(crate) fn check_with(
             for h in STEPS {
                 let shifted = |sign: f64| -> Vec<Val> {
                     let mut vals = base.iter().zip(dir).map(|(b, d)| b + sign * h * d);
-                    x.iter().zip(&f.params).map(|(v, &t)| rebuild(types, t, v, &mut vals)).collect()
+                    rebuild_args(types, &f.params, &constant, &x, &mut vals)
                 };
                 let (Ok(p), Ok(m)) = (eval(&shifted(1.0)), eval(&shifted(-1.0))) else { continue };
                 if p.0.len() != y0.len()
@@ -967,7 +1096,14 @@ pub(crate) fn check_with(
         let mut jacobians: Vec<(crate::Sweep, Vec<Vec<f64>>)> = Vec::new();
         if !y0.is_empty() && y0.len() <= MAX_JACOBIAN_ROWS {
             for sweep in [crate::Sweep::Forward, crate::Sweep::Reverse] {
-                match program.jacobian_with(func, &x, Some(sweep), crate::dense::JACOBIAN_WIDTH, limits) {
+                match program.jacobian_with_kinds(
+                    func,
+                    &x,
+                    &kinds,
+                    Some(sweep),
+                    crate::dense::JACOBIAN_WIDTH,
+                    limits,
+                ) {
                     Ok(j) if j.rows.len() == y0.len() && j.rows.iter().all(|r| r.len() == comps.len()) => {
                         jacobians.push((sweep, j.rows))
                     }
@@ -1053,19 +1189,13 @@ pub(crate) fn check_with(
             // Forward mode along `dir`: the tangents of the result and of the arguments'
             // state after the call, flattened.
             let jvp = |dir: &[f64]| {
-                let mut vit = dir.iter().copied();
-                let tangents: Vec<Val> =
-                    x.iter().zip(&f.params).map(|(xv, &t)| tangent_from(types, t, xv, &mut vit)).collect();
-                program.jvp(func, &deep_copy_all(&x), &tangents, limits).map(|out| {
+                let tangents = tangents_along(types, &f.params, &constant, &x, dir);
+                program.jvp_with(func, &deep_copy_all(&x), &tangents, &kinds, limits).map(|out| {
                     let mut dy = Vec::new();
                     if let Some(t) = f.ret {
                         flatten_tangent(types, t, &out.tangent, &mut dy);
                     }
-                    let mut dpost = Vec::new();
-                    for (g, &t) in out.args_tangent.iter().zip(&f.params) {
-                        flatten_tangent(types, t, g, &mut dpost);
-                    }
-                    (dy, dpost)
+                    (dy, flatten_tangents(types, &f.params, &constant, &out.args_tangent))
                 })
             };
             match jvp(&v) {
@@ -1139,7 +1269,17 @@ pub(crate) fn check_with(
                 u
             };
             let directions = [draw(), draw(), draw()];
-            let second = SecondOrder { program, func, trial, options, limits, fd_limits: &fd_limits };
+            let second = SecondOrder {
+                program,
+                func,
+                trial,
+                options,
+                limits,
+                fd_limits: &fd_limits,
+                constant: &constant,
+                kinds: &kinds,
+                timed_out: &timed_out,
+            };
             second.check(&at, &cotangents, &directions, &render, &mut report);
             // For an `f64` result, also the Hessian of the result alone (what `mcc hvp`
             // and `mcc hessian` compute: a cotangent of 1, none on the arguments).
@@ -1163,6 +1303,7 @@ pub(crate) fn check_with(
             report.failures.push(Failure::Aliasing { trial, detail });
         }
     }
+    report.timed_out = timed_out.get();
     let failing: std::collections::BTreeSet<usize> = report.failures.iter().map(Failure::trial).collect();
     report.arguments = drawn
         .into_iter()
@@ -1196,6 +1337,11 @@ struct SecondOrder<'a> {
     limits: &'a Limits,
     /// Limits for the evaluations at perturbed arguments (a time budget).
     fd_limits: &'a Limits,
+    /// The arguments held constant, and the kinds that say so.
+    constant: &'a [bool],
+    kinds: &'a [crate::ArgKind],
+    /// Evaluations at perturbed arguments that ran out of time.
+    timed_out: &'a std::cell::Cell<usize>,
 }
 
 impl SecondOrder<'_> {
@@ -1204,43 +1350,48 @@ impl SecondOrder<'_> {
         let f = &self.program.module.funcs[self.func];
         let types = &self.program.module.types;
         let mut vals = at.comps.iter().zip(dir).map(|((_, _, b), d)| b + step * d);
-        at.x.iter().zip(&f.params).map(|(v, &t)| rebuild(types, t, v, &mut vals)).collect()
+        rebuild_args(types, &f.params, self.constant, at.x, &mut vals)
     }
 
     /// The VJP for `cot` at `x`, flattened, on the program's engine.
     fn vjp_at(&self, x: &[Val], cot: &Cotangents, limits: &Limits) -> Option<Vec<f64>> {
         let f = &self.program.module.funcs[self.func];
         let types = &self.program.module.types;
-        let out =
-            self.program.vjp(self.func, &deep_copy_all(x), cot.seed.clone(), cot.seed_args, limits).ok()?;
-        let mut g = Vec::new();
-        for (gv, &t) in out.gradient.iter().zip(&f.params) {
-            flatten_tangent(types, t, gv, &mut g);
-        }
-        Some(g)
+        let (x, seed) = (deep_copy_all(x), cot.seed.clone());
+        let out = if self.kinds.is_empty() {
+            self.program.vjp(self.func, &x, seed, cot.seed_args, limits)
+        } else {
+            self.program.vjp_with(self.func, &x, seed, cot.seed_args, self.kinds, limits)
+        };
+        let out = match out {
+            Ok(out) => out,
+            Err(GradError::Runtime(e))
+                if matches!(e.kind, mcir_interp::RuntimeErrorKind::Timeout(_))
+                    && std::ptr::eq(limits, self.fd_limits) =>
+            {
+                self.timed_out.set(self.timed_out.get() + 1);
+                return None;
+            }
+            Err(_) => return None,
+        };
+        Some(flatten_tangents(types, &f.params, self.constant, &out.gradient))
     }
 
     /// The derivative of the VJP along `dir` (forward over reverse), flattened.
     fn vjp_tangent(&self, at: &Point, cot: &Cotangents, dir: &[f64]) -> Result<Vec<f64>, GradError> {
         let f = &self.program.module.funcs[self.func];
         let types = &self.program.module.types;
-        let mut it = dir.iter().copied();
-        let direction: Vec<Val> =
-            at.x.iter().zip(&f.params).map(|(xv, &t)| tangent_from(types, t, xv, &mut it)).collect();
+        let direction = tangents_along(types, &f.params, self.constant, at.x, dir);
         let out = self.program.vjp_tangent_with(
             self.func,
             &deep_copy_all(at.x),
             cot.seed.clone(),
             cot.seed_args,
             &direction,
-            &[],
+            self.kinds,
             self.limits,
         )?;
-        let mut tangent = Vec::new();
-        for (tv, &t) in out.tangent.iter().zip(&f.params) {
-            flatten_tangent(types, t, tv, &mut tangent);
-        }
-        Ok(tangent)
+        Ok(flatten_tangents(types, &f.params, self.constant, &out.tangent))
     }
 
     /// With `φ(x) = <seed, f(x)> + <seed_args, x after the call>`, whose gradient is the

@@ -129,7 +129,8 @@ pub(crate) fn suspect_hand_written_rules(
         if kinds.is_empty() {
             continue;
         }
-        let opts = CheckOptions { trials: options.trials.clamp(2, 5), ..options.clone() };
+        let opts =
+            CheckOptions { trials: options.trials.clamp(2, 5), constant: Vec::new(), ..options.clone() };
         let report = check_with(program, d, g, None, &opts, limits);
         let name = module.funcs[g].name.clone();
         let at = |kind: &mcir_ir::RuleKind| {
@@ -227,7 +228,7 @@ fn check_op(
     let types = &probe.module.types;
     let (lo, hi) = domain(op);
     let shape: Vec<usize> = vec![rng.range(3, 5) as usize; 3];
-    let opts = CheckOptions { trials: 1, ..options.clone() };
+    let opts = CheckOptions { trials: 1, constant: Vec::new(), ..options.clone() };
     for _ in 0..options.trials.max(2) {
         let xs: Vec<Val> = args.iter().map(|&t| draw(&mut rng, types, t, &shape, lo, hi)).collect();
         let report = check_with(&probe, &mut d, id, Some(&xs), &opts, limits);

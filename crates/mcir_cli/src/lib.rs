@@ -250,6 +250,10 @@ enum Command {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        /// Hold argument I (from 0) constant: it is not perturbed and has no derivative,
+        /// and the rules checked are those `--const` derives. Repeatable.
+        #[arg(long = "const", value_name = "I")]
+        constant: Vec<usize>,
         /// Corrupt the reverse rule of this op on purpose (to see the checker catch it).
         #[arg(long, value_name = "OP", hide = true)]
         corrupt_rule: Option<String>,
@@ -372,13 +376,14 @@ fn run_here(cli: Cli, stdin: &mut dyn Read) -> Outcome {
         Command::Gradbench { .. } => {
             Outcome::usage("mcc gradbench runs as a process, talking on stdin and stdout")
         }
-        Command::Check { common, args, trials, rtol, seed, order, json, corrupt_rule } => {
+        Command::Check { common, args, trials, rtol, seed, order, json, constant, corrupt_rule } => {
             let options = mcir::CheckOptions {
                 trials,
                 rtol,
                 seed,
                 order,
                 ad: mcir::AdOptions { corrupt: corrupt_rule },
+                constant,
             };
             cmd_check(&common, args.as_deref(), &options, json, stdin)
         }

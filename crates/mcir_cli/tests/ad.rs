@@ -32,6 +32,52 @@ fn every_op_and_builtin_passes_the_checker() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// `mcc check --const I` holds argument I: it is not perturbed, and the rules checked
+/// are those derived with it constant. A threshold sitting exactly at its branch fails
+/// the check when it is perturbed, and passes when it is held; perturbed evaluations
+/// that run out of time are counted in the report.
+#[test]
+fn a_constant_argument_is_held_by_the_checker() {
+    let text = "fn f(x: f64, c: f64, w: f64[]) -> f64 {\n    w[0] = w[0] * x;\n    if c > 0.5 {\n        return x * x * c + w[1];\n    }\n    return sin(x) * w[0];\n}\n";
+    let dir = std::env::temp_dir().join(format!("mcir-ad-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("threshold.mcir");
+    std::fs::write(&path, text).unwrap();
+    let p = path.to_str().unwrap();
+    let args = "[1.3, 0.5, [0.7, 0.2]]";
+    for engine in [&[][..], &["--interp"][..]] {
+        let mut words = vec!["check", p, "--args", args, "--trials", "2"];
+        words.extend(engine);
+        let perturbed = mcc(&words);
+        assert_eq!(perturbed.code, 1, "{engine:?}: {}{}", perturbed.stdout, perturbed.stderr);
+        assert!(perturbed.stdout.contains("c"), "{}", perturbed.stdout);
+        words.extend(["--const", "1"]);
+        let held = mcc(&words);
+        assert_eq!(held.code, 0, "{engine:?}: {}{}", held.stdout, held.stderr);
+        // Fewer comparisons: none of c.
+        let compared = |out: &str| -> usize {
+            let words: Vec<&str> = out.split_whitespace().collect();
+            let at = words.iter().position(|w| *w == "component").unwrap();
+            words[at - 1].parse().unwrap()
+        };
+        assert!(compared(&held.stdout) < compared(&perturbed.stdout), "{}", held.stdout);
+    }
+    let out = mcc(&["check", p, "--args", args, "--const", "3"]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("takes 3 arguments"), "{}", out.stderr);
+    // A tolerance perturbed below zero makes its loop run on: the report says how many
+    // evaluations ran out of time; held, it is not perturbed at all.
+    let text = "fn root(a: f64, tol: f64) -> f64 {\n    let mut y = 1.0;\n    let mut step = 1.0;\n    while abs(step) > tol {\n        let next = 0.5 * (y + a / y);\n        step = next - y;\n        y = next;\n    }\n    return y;\n}\n";
+    let path = dir.join("tolerance.mcir");
+    std::fs::write(&path, text).unwrap();
+    let p = path.to_str().unwrap();
+    let perturbed = mcc(&["check", p, "--args", "[2.0, 0.001]", "--trials", "1", "--order", "1"]);
+    assert!(perturbed.stdout.contains("ran out of time"), "{}{}", perturbed.stdout, perturbed.stderr);
+    let held = mcc(&["check", p, "--args", "[2.0, 0.001]", "--trials", "1", "--const", "1"]);
+    assert_eq!(held.code, 0, "{}{}", held.stdout, held.stderr);
+    assert!(!held.stdout.contains("ran out of time"), "{}", held.stdout);
+}
+
 /// Every builtin with a derivative, by the name its rule is selected with.
 const DIFFERENTIABLE_BUILTINS: &[&str] = &[
     "sin",
