@@ -143,10 +143,11 @@ impl fmt::Display for RuntimeErrorKind {
             }
             RuntimeErrorKind::InvalidConversion(x) => write!(f, "cannot convert {x} to i64"),
             RuntimeErrorKind::RecursionTooDeep(n) => {
-                write!(f, "recursion too deep: more than {n} nested calls")
+                let calls = if *n == 1 { "call" } else { "calls" };
+                write!(f, "calls nest too deep: more than {n} nested {calls} (--max-depth)")
             }
             RuntimeErrorKind::StackExhausted(n) => {
-                write!(f, "recursion too deep: its calls need more than the {} of machine stack allowed", bytes(*n))
+                write!(f, "calls nest too deep: they need more than the {} of machine stack allowed", bytes(*n))
             }
             RuntimeErrorKind::NegativeExtent(n) => write!(f, "array extent {n} is negative"),
             RuntimeErrorKind::UnexpectedExtent { dim, extent, expected } => write!(

@@ -13,9 +13,32 @@ use crate::types::{Type, TypeId, TypeTable};
 /// For each function (by id), the span of the first operation that may write memory the
 /// function was given, directly or through a call; `None` when it cannot.
 pub fn argument_writes(module: &Module) -> Vec<Option<Span>> {
+    argument_write_sites(module).into_iter().map(|w| w.map(|(span, _)| span)).collect()
+}
+
+/// The spans from the first operation of function `id` that may write memory it was
+/// given down to the write itself: a call, the calls it leads through, and the store
+/// (one span when the function writes directly); empty when it cannot write.
+pub fn argument_write_chain(module: &Module, id: FuncId) -> Vec<Span> {
+    let sites = argument_write_sites(module);
+    let mut chain = Vec::new();
+    let mut at = Some(id);
+    while let Some(f) = at {
+        let Some(Some((span, callee))) = sites.get(f.index()) else { break };
+        if chain.len() > module.funcs.len() {
+            break;
+        }
+        chain.push(*span);
+        at = *callee;
+    }
+    chain
+}
+
+/// For each function, [`argument_writes`]'s span and, when that is a call, its callee.
+fn argument_write_sites(module: &Module) -> Vec<Option<(Span, Option<FuncId>)>> {
     let n = module.funcs.len();
     let fresh: Vec<Vec<bool>> = module.funcs.values().map(|f| fresh_values(&module.types, f)).collect();
-    let mut writes: Vec<Option<Span>> = vec![None; n];
+    let mut writes: Vec<Option<(Span, Option<FuncId>)>> = vec![None; n];
     loop {
         let mut changed = false;
         for (id, f) in module.funcs.iter() {
@@ -51,7 +74,11 @@ pub fn argument_writes(module: &Module) -> Vec<Option<Span>> {
                         _ => false,
                     };
                     if hit {
-                        found = Some(d.span);
+                        let callee = match d.op {
+                            Op::Call(g) => Some(g),
+                            _ => None,
+                        };
+                        found = Some((d.span, callee));
                         break 'scan;
                     }
                 }

@@ -339,14 +339,19 @@ pub(crate) fn check_checkpoints_do_not_write(
     if loops.is_empty() {
         return;
     }
-    let writes = mcir_ir::effects::argument_writes(module);
     for l in loops {
-        let Some(Some(at)) = writes.get(l.steps.index()) else { continue };
-        let d = Diagnostic::error(
+        let chain = mcir_ir::effects::argument_write_chain(module, l.steps);
+        let Some(at) = chain.first() else { continue };
+        let mut d = Diagnostic::error(
             "a `#[checkpoint]` loop must not write memory from outside it",
             Span::new(at.start as usize, at.end as usize),
         )
-        .with_secondary(l.span, "the loop is checkpointed here")
+        .with_secondary(l.span, "the loop is checkpointed here");
+        // A write in a function the loop calls: where it is.
+        if let Some(write) = chain.last().filter(|_| chain.len() > 1) {
+            d = d.with_secondary(Span::new(write.start as usize, write.end as usize), "the call writes here");
+        }
+        let d = d
         .with_note("its reverse pass recomputes steps from saved states; keep the state the loop updates in variables (`x = ..`), or allocate the arrays it writes inside it");
         diags.push(d);
     }
