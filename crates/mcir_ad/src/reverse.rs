@@ -1131,17 +1131,16 @@ impl<'a> Reverse<'a> {
         Ok(self.get(fv))
     }
 
-    /// The stack the path into `join` is popped from (`None`: the return taken). A join
-    /// that no edge into it reaches from inside a loop, and the return, have a stack of
-    /// their own; joins in loops share one.
-    fn path_stack(&mut self, join: Option<Block>) -> Value {
-        let own = match join {
+    /// The stack the path into a join (the block and where its edges come from) is
+    /// popped from, or (`None`) the path of the return taken. A join outside loops that
+    /// no edge reaches from inside one, and the return, have a stack of their own; joins
+    /// in loops share one.
+    fn path_stack(&mut self, join_from: Option<(Block, &[Block])>) -> Value {
+        let own = match join_from {
             None => true,
-            Some(b) => {
-                self.depth_of(b) == 0
-                    && self.primal_edges_into(b).iter().all(|&from| self.depth_of(from) == 0)
-            }
+            Some((b, from)) => self.depth_of(b) == 0 && from.iter().all(|&f| self.depth_of(f) == 0),
         };
+        let join = join_from.map(|(b, _)| b);
         if own {
             if let Some(&s) = self.own_path_slots.get(&join) {
                 return self.slots[s].rev_stack;
@@ -1160,16 +1159,6 @@ impl<'a> Reverse<'a> {
             }
         };
         self.slots[slot].rev_stack
-    }
-
-    /// The primal blocks with an edge into `b`.
-    fn primal_edges_into(&self, b: Block) -> Vec<Block> {
-        self.primal
-            .blocks
-            .iter()
-            .filter(|(_, d)| d.term.successors().any(|c| c.block == b))
-            .map(|(from, _)| from)
-            .collect()
     }
 
     /// The slot of the path into `join` (`None`: of the return taken) in the forward
@@ -1565,7 +1554,8 @@ impl<'a> Reverse<'a> {
             Some(_) => None,
             None if conditions.is_some() => None,
             None => {
-                let stack = self.path_stack(Some(b));
+                let from: Vec<Block> = edges.iter().map(|e| e.from).collect();
+                let stack = self.path_stack(Some((b, &from)));
                 let k = self.e.val(Op::StackPop, vec![stack], TypeTable::I64);
                 self.e.name(k, Some("from".to_string()));
                 self.path_pops.push((k, b));
