@@ -359,7 +359,7 @@ fn non_utf8_and_empty_programs() {
 /// (tested every iteration), counted loops (tested every 1024 iterations in native
 /// code), and short inner loops inside a long one, which native code does not test at
 /// all: the loops around them test on every entry. A loop inlined into its caller is
-/// named after the function it was written in.
+/// named after the function it was written in. A recursion shows a line of its body.
 #[test]
 fn timeout_stops_native_code_and_the_interpreter() {
     let programs = [
@@ -388,6 +388,14 @@ fn timeout_stops_native_code_and_the_interpreter() {
             "fn spin(x: f64) -> f64 {\n    let mut s = x;\n    while s > -1.0 { s += 1.0; }\n    return s;\n}\nfn main(x: f64) -> f64 { return spin(x) * 2.0; }\n",
             &[":3:"],
         ),
+        // A recursion has no loop: it is tested on entry, and the error shows a line
+        // of its body, in derived passes too (whose entry begins with tape operations
+        // spanning the whole function).
+        (
+            "recursion.mcir",
+            "fn main(x: f64) -> f64 {\n    return tree(x, 60);\n}\nfn tree(x: f64, n: i64) -> f64 {\n    if n == 0 { return x; }\n    return tree(sin(x), n - 1) * 0.5 + tree(x * 0.5, n - 1) * 0.5;\n}\n",
+            &[":5:", ":6:"],
+        ),
         (
             "short_inner_nest.mcir",
             "fn spin(x: f64) -> f64 {\n    let mut s = x;\n    for i in 0..4000000000000000 {\n        for j in 0..3 {\n            for k in 0..2 { s += 1.0; }\n        }\n    }\n    return s;\n}\n",
@@ -405,7 +413,8 @@ fn timeout_stops_native_code_and_the_interpreter() {
                 let started = std::time::Instant::now();
                 let out = mcc(&words);
                 assert_eq!(out.code, 1, "{name} {cmd} {extra:?}: {}", out.stderr);
-                assert!(out.stderr.contains("timed out") && out.stderr.contains("`spin`"), "{}", out.stderr);
+                let function = if name == "recursion.mcir" { "`tree`" } else { "`spin`" };
+                assert!(out.stderr.contains("timed out") && out.stderr.contains(function), "{}", out.stderr);
                 assert!(
                     lines.iter().any(|l| out.stderr.contains(l)),
                     "the error shows a loop's line: {}",

@@ -254,8 +254,16 @@ impl<'m> Interpreter<'m> {
             if steps.is_multiple_of(1024) {
                 if let Some((at, limit)) = deadline {
                     if Instant::now() >= at {
-                        let span =
-                            bdata.insts.get(frame.pos).map(|&i| f.insts[i].span).unwrap_or(bdata.term_span);
+                        // The instruction about to run, or the next one whose source is
+                        // narrower than the whole function (what a derived pass makes for
+                        // its tape spans the function).
+                        let span = bdata.insts[frame.pos.min(bdata.insts.len())..]
+                            .iter()
+                            .map(|&i| f.insts[i].span)
+                            .chain([bdata.term_span])
+                            .find(|s| s.end > 0 && *s != f.span)
+                            .or_else(|| bdata.insts.get(frame.pos).map(|&i| f.insts[i].span))
+                            .unwrap_or(bdata.term_span);
                         return Err(RuntimeError {
                             kind: Kind::Timeout(limit),
                             span,

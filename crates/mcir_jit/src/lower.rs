@@ -1664,7 +1664,17 @@ impl FnLower<'_, '_> {
                 let low = self.b.ins().icmp(IntCC::UnsignedLessThan, sp, limit);
                 let z = self.zero();
                 self.check(low, site, FAIL_STACK, [z, z, z]);
-                let site = self.site(first_span);
+                // A time-out on entry points at the first line of the body: the first
+                // instruction whose source is narrower than the whole function (a derived
+                // pass begins with what it makes for its tape, spanning the function).
+                let narrower = data
+                    .insts
+                    .iter()
+                    .map(|&i| f.insts[i].span)
+                    .chain([data.term_span])
+                    .find(|s| s.end > 0 && *s != f.span)
+                    .unwrap_or(first_span);
+                let site = self.site(narrower);
                 self.interrupt_check(site);
             } else if cfg.latches(b).next().is_some() {
                 let site = self.site(first_span);
