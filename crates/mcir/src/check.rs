@@ -833,7 +833,7 @@ fn rebuild_args(
         .enumerate()
         .map(|(i, (v, &t))| {
             if constant[i] {
-                deep_copy_all(std::slice::from_ref(v))[0].clone()
+                deep_copy_all(std::slice::from_ref(v)).remove(0)
             } else {
                 rebuild(types, t, v, vals)
             }

@@ -100,7 +100,7 @@ impl Program {
         match result {
             Some(Ok((written, generic))) => {
                 let module = mcir_ir::inline::inline_small_functions(&written);
-                let module = mcir_ir::inline::inline_base_cases(&module);
+                let module = mcir_ir::inline::inline_base_cases(module);
                 if let Err(e) = mcir_ir::verify_module(&module) {
                     return Err(fail(format!("internal compiler error: inlining broke the IR: {e}")));
                 }

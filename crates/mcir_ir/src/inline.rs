@@ -112,24 +112,29 @@ fn may_inline_with_control(module: &Module, id: FuncId, f: &Function) -> bool {
             b.insts.iter().all(|&i| {
                 let op = &f.insts[i].op;
                 let makes_array = op.allocates() && !matches!(op, Op::RefNew | Op::StackNew);
-                (one_block || !makes_array)
-                    && !matches!(
-                        op,
-                        Op::Call(_)
-                            | Op::StackNew
-                            | Op::StackPush
-                            | Op::StackPop
-                            | Op::StackPeek
-                            | Op::StackReserve
-                            | Op::StackPut
-                            | Op::ArenaMark
-                            | Op::ArenaRelease
-                            | Op::TapeMark
-                            | Op::TapeRelease
-                    )
+                (one_block || !makes_array) && !calls_or_tapes(op)
             })
         })
         && !module.rules.iter().any(|r| r.func == id)
+}
+
+/// Whether `op` calls, or is something only a derived pass makes (a tape's stacks,
+/// arena and tape marks): what no inlined code may hold.
+fn calls_or_tapes(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Call(_)
+            | Op::StackNew
+            | Op::StackPush
+            | Op::StackPop
+            | Op::StackPeek
+            | Op::StackReserve
+            | Op::StackPut
+            | Op::ArenaMark
+            | Op::ArenaRelease
+            | Op::TapeMark
+            | Op::TapeRelease
+    )
 }
 
 /// The functions of `module` that are inlined where they are called.
@@ -313,7 +318,7 @@ struct BaseCase {
 /// passes would record the test's outcome per iteration), and so are calls in functions
 /// with a hand-written rule. An inlined base case is not a call: `--max-depth` does not
 /// count it, as it counts no inlined function.
-pub fn inline_base_cases(module: &Module) -> Module {
+pub fn inline_base_cases(module: Module) -> Module {
     let in_rules: Vec<FuncId> = module
         .rules
         .iter()
@@ -338,9 +343,9 @@ pub fn inline_base_cases(module: &Module) -> Module {
         })
         .collect();
     if cases.iter().all(Option::is_none) {
-        return module.clone();
+        return module;
     }
-    let mut out = module.clone();
+    let mut out = module;
     let ids: Vec<FuncId> = out.funcs.keys().collect();
     for id in ids {
         if in_rules.contains(&id) {
@@ -387,22 +392,7 @@ fn base_case_arm(types: &TypeTable, f: &Function) -> Option<bool> {
             && data.insts.iter().all(|&i| {
                 let op = &f.insts[i].op;
                 let mutable_record = matches!(op, Op::StructNew(s) if types.struct_def(*s).mutable);
-                !op.allocates()
-                    && !mutable_record
-                    && !matches!(
-                        op,
-                        Op::Call(_)
-                            | Op::StackNew
-                            | Op::StackPush
-                            | Op::StackPop
-                            | Op::StackPeek
-                            | Op::StackReserve
-                            | Op::StackPut
-                            | Op::ArenaMark
-                            | Op::ArenaRelease
-                            | Op::TapeMark
-                            | Op::TapeRelease
-                    )
+                !op.allocates() && !mutable_record && !calls_or_tapes(op)
             })
     };
     match (base(then_dest.block), base(else_dest.block)) {
@@ -643,7 +633,7 @@ mod tests {
             "{POWER}fn @main(%a_0: f64, %n_1: i64) -> f64 {{\nbb0:\n    %b_2: f64 = call @pow(%a_0, %n_1)\n    ret %b_2\n}}\n"
         );
         let m = crate::parse_module(&text).unwrap();
-        let split = inline_base_cases(&m);
+        let split = inline_base_cases(m.clone());
         crate::verify_module(&split).unwrap();
         for name in ["main", "pow"] {
             let f = &split.funcs[split.func_by_name(name).unwrap()];
@@ -668,7 +658,7 @@ mod tests {
              bb3:\n    ret %t_5\n}}\n"
         );
         let m = crate::parse_module(&text).unwrap();
-        let split = inline_base_cases(&m);
+        let split = inline_base_cases(m.clone());
         crate::verify_module(&split).unwrap();
         let main = &split.funcs[split.func_by_name("main").unwrap()];
         assert_eq!(main, &m.funcs[m.func_by_name("main").unwrap()]);
@@ -676,7 +666,7 @@ mod tests {
         let mut ruled = crate::parse_module(&text).unwrap();
         let pow = ruled.func_by_name("pow").unwrap();
         ruled.rules.push(crate::function::CustomRule { func: pow, kind: crate::function::RuleKind::Zero });
-        let split = inline_base_cases(&ruled);
+        let split = inline_base_cases(ruled.clone());
         assert_eq!(split.funcs[pow], ruled.funcs[pow]);
     }
 }

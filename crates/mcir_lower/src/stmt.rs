@@ -1195,70 +1195,12 @@ fn collect_assigned(stmts: &[Stmt], out: &mut Vec<String>) {
 /// Where `body` calls a function by the name `name` (its own calls, and those of the
 /// closures it makes), if it does.
 fn call_of(body: &ast::ClosureBody, name: &str) -> Option<Span> {
-    let mut exprs: Vec<&Expr> = Vec::new();
-    let mut blocks: Vec<&ast::Block> = Vec::new();
-    match body {
-        ast::ClosureBody::Expr(e) => exprs.push(e),
-        ast::ClosureBody::Block(b) => blocks.push(b),
-    }
-    loop {
-        if let Some(e) = exprs.pop() {
-            match &e.kind {
-                ExprKind::Float(_)
-                | ExprKind::Int(_)
-                | ExprKind::Bool(_)
-                | ExprKind::Name(_)
-                | ExprKind::Error => {}
-                ExprKind::Unary(_, a)
-                | ExprKind::Field(a, _)
-                | ExprKind::TupleField(a, ..)
-                | ExprKind::RefNew(a) => exprs.push(a),
-                ExprKind::Binary(_, a, b) => exprs.extend([&**a, &**b]),
-                ExprKind::Call(f, args) => {
-                    if matches!(&f.kind, ExprKind::Name(n) if n == name) {
-                        return Some(f.span);
-                    }
-                    exprs.push(f);
-                    exprs.extend(args);
-                }
-                ExprKind::Index(f, args) => {
-                    exprs.push(f);
-                    exprs.extend(args);
-                }
-                ExprKind::Tuple(items) | ExprKind::Array(items) => exprs.extend(items),
-                ExprKind::StructLit(_, fields) => exprs.extend(fields.iter().map(|(_, a)| a)),
-                ExprKind::Closure(c) => match &c.body {
-                    ast::ClosureBody::Expr(b) => exprs.push(b),
-                    ast::ClosureBody::Block(b) => blocks.push(b),
-                },
-            }
-            continue;
-        }
-        let block = blocks.pop()?;
-        for st in &block.stmts {
-            match &st.kind {
-                StmtKind::Let { value, .. } | StmtKind::Expr(value) | StmtKind::Return(Some(value)) => {
-                    exprs.push(value)
-                }
-                StmtKind::Assign { place, value, .. } => exprs.extend([place, value]),
-                StmtKind::If { arms, else_block } => {
-                    for (c, b) in arms {
-                        exprs.push(c);
-                        blocks.push(b);
-                    }
-                    blocks.extend(else_block);
-                }
-                StmtKind::While { cond, body } => {
-                    exprs.push(cond);
-                    blocks.push(body);
-                }
-                StmtKind::For { start, end, body, .. } => {
-                    exprs.extend([start, end]);
-                    blocks.push(body);
-                }
-                StmtKind::Block(b) => blocks.push(b),
-                StmtKind::Break | StmtKind::Continue | StmtKind::Return(None) | StmtKind::Error => {}
-            }
-        }
-    }
+    let (exprs, blocks) = match body {
+        ast::ClosureBody::Expr(e) => (vec![(e, 1)], vec![]),
+        ast::ClosureBody::Block(b) => (vec![], vec![b]),
+    };
+    ast::find_expr(exprs, blocks, |e, _| match &e.kind {
+        ExprKind::Call(f, _) if matches!(&f.kind, ExprKind::Name(n) if n == name) => Some(f.span),
+        _ => None,
+    })
 }

@@ -366,3 +366,78 @@ impl Expr {
         Expr { kind, span }
     }
 }
+
+/// The first `Some` that `visit` gives for an expression under `exprs` (each with its
+/// depth) and `blocks`: every operand one deeper than its expression, each statement's
+/// expressions at depth 1, closures' bodies included. Iterative, so a tree of any depth
+/// needs no machine stack; the order of the visits is unspecified.
+pub fn find_expr<'a, T>(
+    mut exprs: Vec<(&'a Expr, usize)>,
+    mut blocks: Vec<&'a Block>,
+    mut visit: impl FnMut(&'a Expr, usize) -> Option<T>,
+) -> Option<T> {
+    loop {
+        if let Some((e, depth)) = exprs.pop() {
+            if let Some(found) = visit(e, depth) {
+                return Some(found);
+            }
+            let d = depth + 1;
+            match &e.kind {
+                ExprKind::Float(_)
+                | ExprKind::Int(_)
+                | ExprKind::Bool(_)
+                | ExprKind::Name(_)
+                | ExprKind::Error => {}
+                ExprKind::Unary(_, a)
+                | ExprKind::Field(a, _)
+                | ExprKind::TupleField(a, ..)
+                | ExprKind::RefNew(a) => exprs.push((a, d)),
+                ExprKind::Binary(_, a, b) => {
+                    exprs.push((a, d));
+                    exprs.push((b, d));
+                }
+                ExprKind::Call(f, args) | ExprKind::Index(f, args) => {
+                    exprs.push((f, d));
+                    exprs.extend(args.iter().map(|a| (a, d)));
+                }
+                ExprKind::Tuple(items) | ExprKind::Array(items) => exprs.extend(items.iter().map(|a| (a, d))),
+                ExprKind::StructLit(_, fields) => exprs.extend(fields.iter().map(|(_, a)| (a, d))),
+                ExprKind::Closure(c) => match &c.body {
+                    ClosureBody::Expr(body) => exprs.push((body, d)),
+                    ClosureBody::Block(b) => blocks.push(b),
+                },
+            }
+            continue;
+        }
+        let block = blocks.pop()?;
+        for s in &block.stmts {
+            match &s.kind {
+                StmtKind::Let { value, .. } | StmtKind::Expr(value) | StmtKind::Return(Some(value)) => {
+                    exprs.push((value, 1))
+                }
+                StmtKind::Assign { place, value, .. } => {
+                    exprs.push((place, 1));
+                    exprs.push((value, 1));
+                }
+                StmtKind::If { arms, else_block } => {
+                    for (c, b) in arms {
+                        exprs.push((c, 1));
+                        blocks.push(b);
+                    }
+                    blocks.extend(else_block);
+                }
+                StmtKind::While { cond, body } => {
+                    exprs.push((cond, 1));
+                    blocks.push(body);
+                }
+                StmtKind::For { start, end, body, .. } => {
+                    exprs.push((start, 1));
+                    exprs.push((end, 1));
+                    blocks.push(body);
+                }
+                StmtKind::Block(b) => blocks.push(b),
+                StmtKind::Break | StmtKind::Continue | StmtKind::Return(None) | StmtKind::Error => {}
+            }
+        }
+    }
+}

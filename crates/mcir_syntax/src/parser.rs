@@ -153,13 +153,7 @@ pub fn parse_with(src: &str, limits: &SourceLimits) -> Parsed {
     // Recovery skips to the end of the statement in error, which can leave the braces
     // around it unbalanced: the rest of the function then reads as items, or the file
     // ends early. Those errors follow from the first and are not reported.
-    syntax.sort_by_key(|(d, _)| d.span.start);
-    let first = syntax.first().map(|(d, _)| d.span.start);
-    let lexical_first = diagnostics.iter().map(|d| d.span.start).min();
-    let earliest = match (first, lexical_first) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
+    let earliest = syntax.iter().map(|(d, _)| d).chain(&diagnostics).map(|d| d.span.start).min();
     for (d, cascade) in syntax {
         if cascade && earliest.is_some_and(|e| e < d.span.start) {
             continue;
@@ -211,76 +205,13 @@ fn check_expr_depth(program: &Program, max: usize) -> Option<Diagnostic> {
             Item::Struct(_) => {}
         }
     }
-    loop {
-        if let Some((e, depth)) = stack.pop() {
-            if depth > max {
-                return Some(
-                    Diagnostic::error(format!("expression nests more than {max} operations deep"), e.span)
-                        .with_note("split it with `let` bindings")
-                        .with_note(
-                            "the limit is `--max-expr-depth` on the command line, `SourceLimits` in the API",
-                        ),
-                );
-            }
-            let d = depth + 1;
-            match &e.kind {
-                ExprKind::Float(_)
-                | ExprKind::Int(_)
-                | ExprKind::Bool(_)
-                | ExprKind::Name(_)
-                | ExprKind::Error => {}
-                ExprKind::Unary(_, a)
-                | ExprKind::Field(a, _)
-                | ExprKind::TupleField(a, ..)
-                | ExprKind::RefNew(a) => stack.push((a, d)),
-                ExprKind::Binary(_, a, b) => {
-                    stack.push((a, d));
-                    stack.push((b, d));
-                }
-                ExprKind::Call(f, args) | ExprKind::Index(f, args) => {
-                    stack.push((f, d));
-                    stack.extend(args.iter().map(|a| (a, d)));
-                }
-                ExprKind::Tuple(items) | ExprKind::Array(items) => stack.extend(items.iter().map(|a| (a, d))),
-                ExprKind::StructLit(_, fields) => stack.extend(fields.iter().map(|(_, a)| (a, d))),
-                ExprKind::Closure(c) => match &c.body {
-                    ClosureBody::Expr(body) => stack.push((body, d)),
-                    ClosureBody::Block(b) => blocks.push(b),
-                },
-            }
-            continue;
-        }
-        let block = blocks.pop()?;
-        for s in &block.stmts {
-            match &s.kind {
-                StmtKind::Let { value, .. } | StmtKind::Expr(value) | StmtKind::Return(Some(value)) => {
-                    stack.push((value, 1))
-                }
-                StmtKind::Assign { place, value, .. } => {
-                    stack.push((place, 1));
-                    stack.push((value, 1));
-                }
-                StmtKind::If { arms, else_block } => {
-                    for (c, b) in arms {
-                        stack.push((c, 1));
-                        blocks.push(b);
-                    }
-                    blocks.extend(else_block);
-                }
-                StmtKind::While { cond, body } => {
-                    stack.push((cond, 1));
-                    blocks.push(body);
-                }
-                StmtKind::For { start, end, body, .. } => {
-                    stack.push((start, 1));
-                    stack.push((end, 1));
-                    blocks.push(body);
-                }
-                StmtKind::Block(b) => blocks.push(b),
-                StmtKind::Break | StmtKind::Continue | StmtKind::Return(None) | StmtKind::Error => {}
-            }
-        }
-    }
+    find_expr(stack, blocks, |e, depth| {
+        (depth > max).then(|| {
+            Diagnostic::error(format!("expression nests more than {max} operations deep"), e.span)
+                .with_note("split it with `let` bindings")
+                .with_note("the limit is `--max-expr-depth` on the command line, `SourceLimits` in the API")
+        })
+    })
 }
 
 fn friendly_expected(expected: &[String]) -> String {
