@@ -404,6 +404,18 @@ fn reversed_below_extent(
         && below_extent(f, known, valid, j, a, dim, 3)
 }
 
+/// A counted loop: its counter starts at least at 0, goes up by one, and stays below
+/// `bound` in the loop's body.
+#[derive(Clone, Copy, Debug)]
+pub struct CountedLoop {
+    /// The loop's header, whose branch tests `index < bound`.
+    pub header: Block,
+    /// The counter: a parameter of the header.
+    pub index: Value,
+    /// What the counter stays below.
+    pub bound: Value,
+}
+
 /// What the counted loops of a function prove about its instructions.
 #[derive(Clone, Debug, Default)]
 pub struct Proofs {
@@ -417,6 +429,15 @@ pub struct Proofs {
 }
 
 impl Function {
+    /// The counted loops, as the proofs see them.
+    pub fn counted_loops(&self) -> Vec<CountedLoop> {
+        let cfg = ControlFlow::compute(self);
+        facts(self, &cfg)
+            .into_iter()
+            .map(|fa| CountedLoop { header: fa.header, index: fa.index, bound: fa.bound })
+            .collect()
+    }
+
     /// What the counted loops prove: indices in bounds, counter steps without overflow.
     pub fn proofs(&self) -> Proofs {
         self.proofs_with(&ControlFlow::compute(self))
@@ -503,7 +524,8 @@ impl Function {
     ///
     /// A branch on `k < array.dim d a` (a constant `k >= 0`) whose taken edge is the only
     /// way into its block from outside what that block dominates counts as a check of
-    /// `a` at `k` along `d` there (the tests in front of a versioned loop,
+    /// `a` at `k` along `d` there, and one on `bound <= array.dim d a` as a check of every
+    /// counter that stays below `bound` (the tests in front of a versioned loop,
     /// `crate::version`).
     ///
     /// Only for code in which no access moves any more (native lowering): a pass that
@@ -518,11 +540,12 @@ impl Function {
         const KEPT: usize = 8;
         let mut seen: std::collections::HashMap<(Value, usize, Value), Vec<Block>> = Default::default();
         let mut constants: std::collections::HashMap<(Value, usize), Vec<(Block, i64)>> = Default::default();
+        // Bounds tested `bound <= array.dim d a`: (array, dimension) to (block, bound).
+        let mut bounded: std::collections::HashMap<(Value, usize), Vec<(Block, Value)>> = Default::default();
         for &b in &cfg.rpo {
             let Terminator::Branch { cond, then_dest, else_dest } = &self.blocks[b].term else { continue };
-            let Some(test) = self.defining(*cond).filter(|t| t.op == Op::ICmp(CmpOp::Lt)) else { continue };
+            let Some(test) = self.defining(*cond) else { continue };
             let [k, extent] = test.args.as_slice() else { continue };
-            let Some(k) = self.const_int(*k).filter(|&k| k >= 0) else { continue };
             let Some(dim) = self.defining(*extent) else { continue };
             let (Op::ArrayDim(d), Some(&a)) = (&dim.op, dim.args.first()) else { continue };
             // The taken edge is the only way in from outside the blocks it enters (a loop
@@ -530,10 +553,20 @@ impl Function {
             let entered = then_dest.block;
             let only_way_in = entered != else_dest.block
                 && cfg.preds[entered.index()].iter().all(|&p| p == b || cfg.dominates(entered, p));
-            if only_way_in {
-                constants.entry((a, usize::from(*d))).or_default().push((entered, k));
+            if !only_way_in {
+                continue;
+            }
+            match test.op {
+                Op::ICmp(CmpOp::Lt) => {
+                    if let Some(k) = self.const_int(*k).filter(|&k| k >= 0) {
+                        constants.entry((a, usize::from(*d))).or_default().push((entered, k));
+                    }
+                }
+                Op::ICmp(CmpOp::Le) => bounded.entry((a, usize::from(*d))).or_default().push((entered, *k)),
+                _ => {}
             }
         }
+        let counters = if bounded.is_empty() { Vec::new() } else { facts(self, &cfg) };
         for &b in &cfg.rpo {
             for &inst in &self.blocks[b].insts {
                 let d = &self.insts[inst];
@@ -553,6 +586,14 @@ impl Function {
                     *proven |= sites.iter().any(|&s| cfg.dominates(s, b));
                     if sites.len() < KEPT {
                         sites.push(b);
+                    }
+                    // A counter in `0..bound` where `bound <= extent` has been tested.
+                    if let Some(tested) = bounded.get(&(a, dim)) {
+                        *proven |= counters.iter().any(|fa| {
+                            fa.index == idx
+                                && cfg.dominates(fa.body, b)
+                                && tested.iter().any(|&(s, bound)| bound == fa.bound && cfg.dominates(s, b))
+                        });
                     }
                     if let Some(c) = self.const_int(idx).filter(|&c| c >= 0) {
                         let sites = constants.entry((a, dim)).or_default();

@@ -1,31 +1,36 @@
-//! Loop versioning on the extents a loop's accesses check against constants. A loop
-//! reading `cams[c, 1]`, `cams[c, 4]` and `pts[p, 2]`, with rows picked anew in each
-//! iteration, checks each constant column against its array's extent in every
-//! iteration, though neither the column nor the extent changes. Such a loop gets a
-//! copy that skips those checks, entered through tests made once in front of the loop
-//! (`4 < size(cams, 1)`, `2 < size(pts, 1)`): when every test passes, no check the copy
-//! skips could fail, and the copy runs; otherwise the loop runs as written, and stops
-//! where it would have stopped. Rows and every other index keep their checks in both.
+//! Loop versioning on the extents a loop's accesses check against constants and against
+//! its counter's bound. A loop over `k in 0..len(cam_of)` reading `cams[c, 1]`,
+//! `cams[c, 4]`, `pts[p, 2]`, `pt_of[k]` and `obs[k, 0]`, with rows `c` and `p` picked
+//! anew in each iteration, checks each constant column and each use of `k` against an
+//! array's extent in every iteration, though neither the column, the counter's bound nor
+//! the extent changes. Such a loop gets a copy that skips those checks, entered through
+//! tests made once in front of the loop (`4 < size(cams, 1)`, `2 < size(pts, 1)`,
+//! `len(cam_of) <= len(pt_of)`, `len(cam_of) <= size(obs, 0)`): when every test passes,
+//! no check the copy skips could fail, and the copy runs; otherwise the loop runs as
+//! written, and stops where it would have stopped. Rows and every other index keep their
+//! checks in both.
 //!
 //! The copy's accesses are proven in bounds along those dimensions by
 //! [`Function::proofs_in_place`], which takes `k < array.dim d a` on the only edge into
-//! a block as a check of `a` at constant `k` along `d` for the blocks that edge
-//! dominates. Both engines could run the result (it computes what the loop computes);
-//! only native code does, where the skipped checks are work.
+//! a block as a check of `a` at constant `k` along `d`, and `bound <= array.dim d a` as
+//! one of every counter below `bound`, for the blocks that edge dominates. Both engines
+//! could run the result (it computes what the loop computes); only native code does,
+//! where the skipped checks are work.
 //!
 //! A loop qualifies when it is innermost, entered from one block outside it, and left
 //! for one block that only it enters (so the values it leaves with become that block's
 //! parameters, passed by whichever copy ran); when it has at least
 //! [`MIN_CHECKS_SKIPPED`] such checks per iteration, on arrays made before it; and
 //! when it is at most [`MAX_VERSIONED_INSTS`] instructions long, so that code grows by
-//! a bounded amount.
+//! a bounded amount. A counter qualifies when it starts at 0 or above, steps by one,
+//! and its bound is computed before the loop.
 
 use crate::cfg::ControlFlow;
 use crate::entity::EntityRef;
 use crate::function::*;
 use crate::op::{CmpOp, Op};
 use crate::types::{TypeId, TypeTable};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 /// The fewest checks against constants one iteration must make for a loop to be copied.
 pub const MIN_CHECKS_SKIPPED: usize = 3;
@@ -45,6 +50,9 @@ struct Plan {
     exit: Block,
     /// For each array and dimension, the largest constant an access checks against it.
     tests: BTreeMap<(Value, usize), i64>,
+    /// The arrays and dimensions an access indexes by the loop's counter, and the bound
+    /// the counter stays below: each is tested `bound <= extent`.
+    counter_tests: BTreeSet<(Value, usize, Value)>,
 }
 
 /// `f` with its qualifying loops versioned (see the module docs), or `None` when no loop
@@ -116,7 +124,15 @@ fn plans(f: &Function, cfg: &ControlFlow) -> Vec<Plan> {
                     .chain(f.blocks[b].insts.iter().filter_map(|&i| f.insts[i].result))
             })
             .collect();
+        // The loop's counter, counting up by one from a non-negative start while it stays
+        // below a bound computed before the loop.
+        let counter = f
+            .counted_loops()
+            .into_iter()
+            .find(|c| c.header == h && !made_inside.contains(&c.bound))
+            .map(|c| (c.index, c.bound));
         let mut checks: Vec<(Inst, Value, usize, i64)> = Vec::new();
+        let mut counter_checks: Vec<(Inst, Value, usize, Value)> = Vec::new();
         for &b in &blocks {
             for &i in &f.blocks[b].insts {
                 let d = &f.insts[i];
@@ -132,10 +148,14 @@ fn plans(f: &Function, cfg: &ControlFlow) -> Vec<Plan> {
                     if let Some(k) = f.const_int(d.args[1 + dim]).filter(|&k| k >= 0) {
                         checks.push((i, d.args[0], dim, k));
                     }
+                    if let Some((index, bound)) = counter.filter(|&(index, _)| index == d.args[1 + dim]) {
+                        debug_assert_eq!(index, d.args[1 + dim]);
+                        counter_checks.push((i, d.args[0], dim, bound));
+                    }
                 }
             }
         }
-        if checks.len() < MIN_CHECKS_SKIPPED {
+        if checks.len() + counter_checks.len() < MIN_CHECKS_SKIPPED {
             continue;
         }
         // Those that no dominating access has made already.
@@ -150,10 +170,18 @@ fn plans(f: &Function, cfg: &ControlFlow) -> Vec<Plan> {
             *t = (*t).max(k);
             skipped += 1;
         }
+        let mut counter_tests: BTreeSet<(Value, usize, Value)> = BTreeSet::new();
+        for (i, a, dim, bound) in counter_checks {
+            if proofs.in_bounds.get(&i).is_some_and(|p| p.get(dim).copied().unwrap_or(false)) {
+                continue;
+            }
+            counter_tests.insert((a, dim, bound));
+            skipped += 1;
+        }
         if skipped < MIN_CHECKS_SKIPPED {
             continue;
         }
-        out.push(Plan { header: h, pre: *pre, exit: *exit, tests, body });
+        out.push(Plan { header: h, pre: *pre, exit: *exit, tests, counter_tests, body });
     }
     out
 }
@@ -260,17 +288,33 @@ fn version(g: &mut Function, plan: &Plan) {
     let (written, written_params) = new_block(g);
     g.set_terminator(written, Terminator::Jump(BlockCall { block: plan.header, args: written_params }), span);
     let copy_header = block_map[&plan.header];
-    let mut tests: Vec<((Value, usize), i64)> = plan.tests.iter().map(|(&k, &v)| (k, v)).collect();
+    // A constant column `k` is tested `k < extent`; a counter below `bound`,
+    // `bound <= extent`.
+    enum Test {
+        Constant(i64),
+        Counter(Value),
+    }
+    let mut tests: Vec<(Value, usize, Test)> = plan
+        .tests
+        .iter()
+        .map(|(&(a, dim), &k)| (a, dim, Test::Constant(k)))
+        .chain(plan.counter_tests.iter().map(|&(a, dim, bound)| (a, dim, Test::Counter(bound))))
+        .collect();
     tests.reverse();
     // Built from the last test back, each test block passing on to the one after it.
     let mut next = copy_header;
-    for ((array, dim), k) in tests {
+    for (array, dim, test) in tests {
         let (t, params) = new_block(g);
         let extent = g.push_inst(t, Op::ArrayDim(dim as u8), vec![array], Some(TypeTable::I64), span);
-        let bound = g.push_inst(t, Op::IConst(k), vec![], Some(TypeTable::I64), span);
+        let (cmp, bound) = match test {
+            Test::Constant(k) => {
+                (CmpOp::Lt, g.push_inst(t, Op::IConst(k), vec![], Some(TypeTable::I64), span))
+            }
+            Test::Counter(bound) => (CmpOp::Le, Some(bound)),
+        };
         let ok = match (bound, extent) {
             (Some(bound), Some(extent)) => {
-                g.push_inst(t, Op::ICmp(CmpOp::Lt), vec![bound, extent], Some(TypeTable::BOOL), span)
+                g.push_inst(t, Op::ICmp(cmp), vec![bound, extent], Some(TypeTable::BOOL), span)
             }
             _ => None,
         };
@@ -373,12 +417,61 @@ bb3:
         assert_eq!(text.matches("ret %").count(), 1, "{text}");
     }
 
+    /// A loop over `k < len(idx)` reading `w[k]`, `u[k]` and `v[k, 1]`, arrays whose
+    /// lengths nothing relates to `idx`'s.
+    const ALONGSIDE: &str = "fn @main(%idx_0: i64[], %w_1: f64[], %u_2: f64[], %v_3: f64[,]) -> f64 {
+bb0:
+    %s_4: f64 = fconst 0.0
+    %5: i64 = iconst 0
+    %6: i64 = array.dim 0 %idx_0
+    jump bb1(%5, %s_4)
+bb1(%k_7: i64, %s_8: f64):
+    %9: bool = icmp lt %k_7, %6
+    br %9, bb3, bb2
+bb2:
+    ret %s_8
+bb3:
+    %10: f64 = load %w_1[%k_7]
+    %11: f64 = load %u_2[%k_7]
+    %12: i64 = iconst 1
+    %13: f64 = load %v_3[%k_7, %12]
+    %14: f64 = fmul %10, %11
+    %15: f64 = fadd %14, %13
+    %s_16: f64 = fadd %s_8, %15
+    %17: i64 = iadd %k_7, %12
+    jump bb1(%17, %s_16)
+}
+";
+
+    #[test]
+    fn a_loop_reading_other_arrays_at_its_counter_gets_a_copy_without_those_checks() {
+        let (g, text) = versioned(ALONGSIDE).expect("versioned");
+        // One test per array along the counter's dimension, `len(idx) <= extent`, and
+        // one for the constant column.
+        for a in ["%w_1", "%u_2", "%v_3"] {
+            assert_eq!(text.matches(&format!("array.dim 0 {a}")).count(), 1, "{text}");
+        }
+        assert_eq!(text.matches("icmp le %6, ").count(), 3, "{text}");
+        // The copy's three reads have their counters proven; the loop as written's do not.
+        assert_eq!(proven_along(&g, 0), 3, "{text}");
+        assert_eq!(text.matches("load %w_1[").count(), 2, "{text}");
+        // A counter whose bound the loop computes itself gets no test.
+        let inside = ALONGSIDE.replace(
+            "    %9: bool = icmp lt %k_7, %6",
+            "    %b_20: i64 = iconst 3\n    %9: bool = icmp lt %k_7, %b_20",
+        );
+        assert!(versioned(&inside).is_none(), "{inside}");
+    }
+
     #[test]
     fn loops_with_few_checks_or_two_ways_out_stay_as_they_are() {
-        // Two columns only.
-        let few = GATHER
+        // Two columns only, and a read at the counter: three checks, so the loop is
+        // copied; with `w` read at the row instead, two are too few.
+        let three = GATHER
             .replace("%24: f64 = load %p_0[%r_9, %23]", "%24: f64 = fconst 0.5")
             .replace("%20: f64 = load %p_0[%r_9, %19]", "%20: f64 = fconst 0.5");
+        assert!(versioned(&three).is_some());
+        let few = three.replace("load %w_2[%k_6]", "load %w_2[%r_9]");
         assert!(versioned(&few).is_none());
         // Left early, to a block of its own.
         let early = GATHER.replace(

@@ -1168,6 +1168,16 @@ impl FnLower<'_, '_> {
                 self.b.ins().icmp(IntCC::SignedLessThanOrEqual, counter, limit)
             }
         };
+        // What is fixed for the loop is or-ed together before the counter's tests join
+        // it, so that it is one value computed in front of the loop rather than one
+        // value per test kept across it and or-ed in each time.
+        let mut fixed: Option<CValue> = None;
+        let either = |b: &mut FunctionBuilder, acc: &mut Option<CValue>, bad: CValue| {
+            *acc = Some(match *acc {
+                Some(x) => b.ins().bor(x, bad),
+                None => bad,
+            });
+        };
         let mut tested: Vec<(Value, usize, Value)> = Vec::new();
         for g in guarded {
             let d = &self.f.insts[g.inst];
@@ -1180,7 +1190,7 @@ impl FnLower<'_, '_> {
                 tested.push((a, dim, idx));
                 let arr = self.v(a)?;
                 let extent = self.b.ins().load(P, self.header_loads, arr, array::DIMS + 8 * dim as i32);
-                let bad = if moves {
+                if moves {
                     // The copies reach `lowest..=lowest + factor - 1`: in bounds when
                     // `lowest` is below `extent - (factor - 1)` (unsigned, so that a
                     // negative one fails too); an extent is never negative, so that
@@ -1190,14 +1200,15 @@ impl FnLower<'_, '_> {
                     let room = self.b.ins().iadd_imm_s(extent, -below_by);
                     let zero = self.zero();
                     let room = self.b.ins().smax(room, zero);
-                    self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, lowest, room)
+                    let bad = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, lowest, room);
+                    short = self.b.ins().bor(short, bad);
                 } else {
                     // Fixed for the loop: a value from outside it, or a constant of
                     // the body, which is not lowered yet.
                     let i = self.index_at(u, idx, counter)?;
-                    self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, i, extent)
-                };
-                short = self.b.ins().bor(short, bad);
+                    let bad = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, i, extent);
+                    either(&mut self.b, &mut fixed, bad);
+                }
             }
         }
         for &(a, b) in distinct {
@@ -1205,9 +1216,12 @@ impl FnLower<'_, '_> {
             let da = self.b.ins().load(P, self.header_loads, a, array::DATA);
             let db = self.b.ins().load(P, self.header_loads, b, array::DATA);
             let same = self.b.ins().icmp(IntCC::Equal, da, db);
-            short = self.b.ins().bor(short, same);
+            either(&mut self.b, &mut fixed, same);
         }
-        Ok(short)
+        Ok(match fixed {
+            Some(fixed) => self.b.ins().bor(short, fixed),
+            None => short,
+        })
     }
 
     /// Index `v` of the loop's body (the counter, or sums and differences of it with
@@ -1784,7 +1798,6 @@ impl FnLower<'_, '_> {
         }
     }
 
-    /// The address of element `idx` of array `a`, after checking every index.
     /// The address of element `idx` of array `a`; with a site, every index not proven in
     /// bounds (`proven`) is checked.
     fn element_addr(
@@ -1795,7 +1808,63 @@ impl FnLower<'_, '_> {
         site: Option<i64>,
         proven: &[bool],
     ) -> CValue {
+        let (addr, offset) = self.element_addr_parts(a, idx, elem_bytes, site, proven);
+        if offset == 0 {
+            addr
+        } else {
+            self.b.ins().iadd_imm_s(addr, i64::from(offset))
+        }
+    }
+
+    /// A value as a variable part and a constant added to it: `(None, c)` for a constant,
+    /// `(Some(x), c)` for `x + c`, `(Some(v), 0)` otherwise. Only small constants are
+    /// split off, so that they fit a memory operand's displacement once scaled.
+    fn split_constant(&self, v: CValue) -> (Option<CValue>, i64) {
+        use cranelift_codegen::ir::{InstructionData, Opcode, ValueDef};
+        const SMALL: i64 = 1 << 20;
+        let dfg = &self.b.func.dfg;
+        let constant = |x: CValue| match dfg.value_def(x) {
+            ValueDef::Result(i, 0) => match dfg.insts[i] {
+                InstructionData::UnaryImm { opcode: Opcode::Iconst, imm } => {
+                    Some(imm.bits()).filter(|c| c.abs() < SMALL)
+                }
+                _ => None,
+            },
+            _ => None,
+        };
+        if let Some(c) = constant(v) {
+            return (None, c);
+        }
+        if let ValueDef::Result(i, 0) = dfg.value_def(v) {
+            // A sum: its first result is `x + c` (a checked sum's too: it traps, or is exact).
+            if let InstructionData::Binary { opcode: Opcode::Iadd | Opcode::SaddOverflow, args } =
+                dfg.insts[i]
+            {
+                if let Some(c) = constant(args[1]) {
+                    return (Some(args[0]), c);
+                }
+                if let Some(c) = constant(args[0]) {
+                    return (Some(args[1]), c);
+                }
+            }
+        }
+        (Some(v), 0)
+    }
+
+    /// [`Self::element_addr`] as an address and a constant byte offset from it: a constant
+    /// added to the last index (`p[k, 2]`, `x[i + 1]`) becomes the offset, which a load or
+    /// store takes as its displacement rather than an addition per access.
+    fn element_addr_parts(
+        &mut self,
+        a: CValue,
+        idx: &[CValue],
+        elem_bytes: i64,
+        site: Option<i64>,
+        proven: &[bool],
+    ) -> (CValue, i32) {
         let mut flat: Option<CValue> = None;
+        let mut offset = 0i64;
+        let last = idx.len().saturating_sub(1);
         for (d, &i) in idx.iter().enumerate() {
             let check = site.filter(|_| !proven.get(d).copied().unwrap_or(false));
             // The innermost extent is needed only for the check.
@@ -1809,18 +1878,23 @@ impl FnLower<'_, '_> {
                 let dim = self.b.ins().iconst(P, d as i64);
                 self.check(bad, site, FAIL_INDEX, [i, dim, ext]);
             }
-            flat = Some(match flat {
-                None => i,
-                Some(prev) => {
+            let (var, c) = if d == last { self.split_constant(i) } else { (Some(i), 0) };
+            offset = c * elem_bytes;
+            flat = match (flat, var) {
+                (None, var) => var,
+                (Some(prev), var) => {
                     let m = self.b.ins().imul(prev, ext);
-                    self.b.ins().iadd(m, i)
+                    Some(match var {
+                        Some(i) => self.b.ins().iadd(m, i),
+                        None => m,
+                    })
                 }
-            });
+            };
         }
-        let flat = flat.unwrap_or_else(|| self.b.ins().iconst(P, 0));
         let data = self.b.ins().load(P, self.header_loads, a, array::DATA);
+        let Some(flat) = flat else { return (data, offset as i32) };
         let off = if elem_bytes == 1 { flat } else { self.b.ins().imul_imm_s(flat, elem_bytes) };
-        self.b.ins().iadd(data, off)
+        (self.b.ins().iadd(data, off), offset as i32)
     }
 
     /// In the copies of an unrolled body, the dimension of a load or store (`inst`, with
@@ -2660,14 +2734,14 @@ impl FnLower<'_, '_> {
                 let is_load = matches!(d.op, Op::Load | Op::TrustedLoad);
                 let n_idx = if is_load { args.len() - 1 } else { args.len() - 2 };
                 let proven = self.proofs.in_bounds.get(&inst).cloned().unwrap_or_default();
-                let addr = match self.stepped_access(inst, n_idx, trusted, &proven) {
-                    Some(dim) => self.stepped_addr(inst, args[0], &args[1..1 + n_idx], bytes, dim),
-                    None => self.element_addr(args[0], &args[1..1 + n_idx], bytes, site, &proven),
+                let (addr, offset) = match self.stepped_access(inst, n_idx, trusted, &proven) {
+                    Some(dim) => (self.stepped_addr(inst, args[0], &args[1..1 + n_idx], bytes, dim), 0),
+                    None => self.element_addr_parts(args[0], &args[1..1 + n_idx], bytes, site, &proven),
                 };
                 if is_load {
-                    Some(self.b.ins().load(et, flags(), addr, 0))
+                    Some(self.b.ins().load(et, flags(), addr, offset))
                 } else {
-                    self.b.ins().store(flags(), args[args.len() - 1], addr, 0);
+                    self.b.ins().store(flags(), args[args.len() - 1], addr, offset);
                     None
                 }
             }
