@@ -138,10 +138,12 @@ fn users_of(f: &Function) -> Users {
 }
 
 /// Whether no adjoint can need `v`'s value: every use of it is the stored value of a
-/// store, or an operand of an `f64` sum, difference or negation whose result is itself
-/// unread. The adjoints of these operations read no operand, so the reverse pass
-/// neither reloads `v` nor recomputes anything from it. Anything else, a terminator's
-/// use included (a loop's carried value), counts as read.
+/// store, or an operand of an `f64` sum, difference or negation, a factor of a product
+/// with a constant or the dividend of a quotient by one (`x += dt * v`), whose result
+/// is itself unread. The adjoints of these operations read no operand but the constant,
+/// which has no adjoint of its own, so the reverse pass neither reloads `v` nor
+/// recomputes anything from it. Anything else, a terminator's use included (a loop's
+/// carried value), counts as read.
 fn value_unread_by_reverse(f: &Function, users: &Users, v: Value, depth: u32) -> bool {
     if depth == 0 || users.in_terminator[v.index()] || f.value_type(v) != mcir_ir::TypeTable::F64 {
         return false;
@@ -155,9 +157,26 @@ fn value_unread_by_reverse(f: &Function, users: &Users, v: Value, depth: u32) ->
             Op::FBinary(mcir_ir::FBinOp::Add | mcir_ir::FBinOp::Sub) | Op::FUnary(mcir_ir::FUnOp::Neg) => {
                 d.result.is_some_and(|r| value_unread_by_reverse(f, users, r, depth - 1))
             }
+            Op::FBinary(mcir_ir::FBinOp::Mul) => {
+                let other = if d.args[0] == v { d.args[1] } else { d.args[0] };
+                other != v
+                    && is_fconst(f, other)
+                    && d.result.is_some_and(|r| value_unread_by_reverse(f, users, r, depth - 1))
+            }
+            Op::FBinary(mcir_ir::FBinOp::Div) => {
+                d.args[0] == v
+                    && d.args[1] != v
+                    && is_fconst(f, d.args[1])
+                    && d.result.is_some_and(|r| value_unread_by_reverse(f, users, r, depth - 1))
+            }
             _ => false,
         }
     })
+}
+
+/// Whether `v` is an `f64` constant.
+fn is_fconst(f: &Function, v: Value) -> bool {
+    f.defining(v).is_some_and(|d| matches!(d.op, Op::FConst(_)))
 }
 
 /// Whether a store into `array` can run after a load from it whose value the reverse

@@ -183,7 +183,7 @@ impl Gen<'_, '_> {
     fn statement(&mut self, scope: &mut Scope, indent: usize) {
         let nested = scope.depth < 2;
         let e = |g: &mut Self, s: &Scope| g.real(s, 2);
-        match self.src.below(51) {
+        match self.src.below(52) {
             0 | 1 => {
                 let v = self.name("t");
                 let value = e(self, scope);
@@ -744,6 +744,22 @@ impl Gen<'_, '_> {
                 }
                 self.line(indent + 1, &format!("acc += cos({y}) * 0.1 + {y} * 0.05;"));
                 self.line(indent, "}");
+            }
+            51 if nested => {
+                // A fresh array moved like a velocity (`v += force`, `x += dt · v`) and
+                // read only after its last write: its loads are only summed or scaled
+                // by constants, so its overwrites keep nothing.
+                let (t, i, v) = (self.name("t"), self.name("i"), self.name("v"));
+                let value = e(self, scope);
+                let pick = self.src.below(X_LEN);
+                self.line(indent, &format!("let {v} = zeros(len(x));"));
+                self.line(indent, &format!("for {t} in 0..2 {{"));
+                self.line(indent + 1, &format!("for {i} in 0..len(x) {{"));
+                self.line(indent + 2, &format!("{v}[{i}] += 0.5 * tanh(x[{i}] + {value});"));
+                self.line(indent + 2, &format!("x[{i}] += 0.25 * {v}[{i}] - {v}[{i}] / 4.0 * 0.5;"));
+                self.line(indent + 1, "}");
+                self.line(indent, "}");
+                self.line(indent, &format!("acc += {v}[{pick}] * {v}[{pick}] + 0.1 * {v}[0];"));
             }
             41 => {
                 // A helper with a branch and a loop, called once.
