@@ -23,7 +23,9 @@
 //! [`MIN_CHECKS_SKIPPED`] such checks per iteration, on arrays made before it; and
 //! when it is at most [`MAX_VERSIONED_INSTS`] instructions long, so that code grows by
 //! a bounded amount. A counter qualifies when it starts at 0 or above, steps by one,
-//! and its bound is computed before the loop.
+//! and its bound is computed before the loop; it is not tested against an array the
+//! function made shorter than the bound by a constant (`zeros(n - 1, n - 1)`, a
+//! minor read at a counter below `n`), as that test could never pass.
 
 use crate::cfg::ControlFlow;
 use crate::entity::EntityRef;
@@ -148,9 +150,10 @@ fn plans(f: &Function, cfg: &ControlFlow) -> Vec<Plan> {
                     if let Some(k) = f.const_int(d.args[1 + dim]).filter(|&k| k >= 0) {
                         checks.push((i, d.args[0], dim, k));
                     }
-                    if let Some((index, bound)) = counter.filter(|&(index, _)| index == d.args[1 + dim]) {
-                        debug_assert_eq!(index, d.args[1 + dim]);
-                        counter_checks.push((i, d.args[0], dim, bound));
+                    if let Some((_, bound)) = counter.filter(|&(index, _)| index == d.args[1 + dim]) {
+                        if !short_of(f, d.args[0], dim, bound) {
+                            counter_checks.push((i, d.args[0], dim, bound));
+                        }
                     }
                 }
             }
@@ -184,6 +187,17 @@ fn plans(f: &Function, cfg: &ControlFlow) -> Vec<Plan> {
         out.push(Plan { header: h, pre: *pre, exit: *exit, tests, counter_tests, body });
     }
     out
+}
+
+/// Whether dimension `dim` of array `a` is made shorter than `bound` (`zeros(n - 1, ..)`
+/// against a counter below `n`, as a minor is against its matrix's columns): a test
+/// `bound <= extent` would never pass, so it would only cost its time.
+fn short_of(f: &Function, a: Value, dim: usize, bound: Value) -> bool {
+    let Some(made) = f.defining(a).filter(|d| d.op == Op::ArrayFill) else { return false };
+    let Some(extent) = made.args.get(1 + dim).and_then(|&e| f.defining(e)) else { return false };
+    extent.op == Op::IBinary(crate::op::IBinOp::Sub)
+        && extent.args[0] == bound
+        && f.const_int(extent.args[1]).is_some_and(|k| k >= 1)
 }
 
 /// Copies the loop of `plan` and puts the tests in front of both copies.
@@ -461,6 +475,17 @@ bb3:
             "    %b_20: i64 = iconst 3\n    %9: bool = icmp lt %k_7, %b_20",
         );
         assert!(versioned(&inside).is_none(), "{inside}");
+        // Nor does an array made one shorter than the bound (a minor against its
+        // matrix): its test could never pass. The other arrays' tests stay.
+        let short = ALONGSIDE.replace(
+            "    %6: i64 = array.dim 0 %idx_0\n",
+            "    %6: i64 = array.dim 0 %idx_0\n    %one_30: i64 = iconst 1\n    %m_31: i64 = isub %6, %one_30\n    %z_32: f64 = fconst 0.0\n    %w_33: f64[] = array.fill %z_32, %m_31\n",
+        )
+        .replace("load %w_1[%k_7]", "load %w_33[%k_7]");
+        assert!(short.contains("array.fill"));
+        let (_, text) = versioned(&short).expect("versioned");
+        assert!(!text.contains("array.dim 0 %w_33"), "{text}");
+        assert_eq!(text.matches("icmp le %6, ").count(), 2, "{text}");
     }
 
     #[test]
