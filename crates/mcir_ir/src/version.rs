@@ -75,8 +75,10 @@ pub fn version_loops(f: &Function) -> Option<Function> {
 
 fn plans(f: &Function, cfg: &ControlFlow) -> Vec<Plan> {
     let depth = cfg.loop_depths();
-    // What dominating accesses prove already, worked out once a loop might qualify.
+    // What dominating accesses prove already, worked out once a loop might qualify; the
+    // counted loops, once a loop is small enough.
     let mut proofs: Option<crate::bounds::Proofs> = None;
+    let mut counted: Option<Vec<crate::bounds::CountedLoop>> = None;
     let mut out = Vec::new();
     for &h in &cfg.rpo {
         if out.len() >= MAX_VERSIONED_LOOPS {
@@ -128,9 +130,9 @@ fn plans(f: &Function, cfg: &ControlFlow) -> Vec<Plan> {
             .collect();
         // The loop's counter, counting up by one from a non-negative start while it stays
         // below a bound computed before the loop.
-        let counter = f
-            .counted_loops()
-            .into_iter()
+        let counter = counted
+            .get_or_insert_with(|| f.counted_loops())
+            .iter()
             .find(|c| c.header == h && !made_inside.contains(&c.bound))
             .map(|c| (c.index, c.bound));
         let mut checks: Vec<(Inst, Value, usize, i64)> = Vec::new();
