@@ -1817,8 +1817,9 @@ impl FnLower<'_, '_> {
     }
 
     /// A value as a variable part and a constant added to it: `(None, c)` for a constant,
-    /// `(Some(x), c)` for `x + c`, `(Some(v), 0)` otherwise. Only small constants are
-    /// split off, so that they fit a memory operand's displacement once scaled.
+    /// `(Some(x), c)` for `x + c` or `x - c` (through a few such steps: `(i - 1) - 1` is
+    /// `i - 2`), `(Some(v), 0)` otherwise. Only small constants are split off, so that
+    /// they fit a memory operand's displacement once scaled.
     fn split_constant(&self, v: CValue) -> (Option<CValue>, i64) {
         use cranelift_codegen::ir::{InstructionData, Opcode, ValueDef};
         const SMALL: i64 = 1 << 20;
@@ -1835,20 +1836,33 @@ impl FnLower<'_, '_> {
         if let Some(c) = constant(v) {
             return (None, c);
         }
-        if let ValueDef::Result(i, 0) = dfg.value_def(v) {
-            // A sum: its first result is `x + c` (a checked sum's too: it traps, or is exact).
-            if let InstructionData::Binary { opcode: Opcode::Iadd | Opcode::SaddOverflow, args } =
-                dfg.insts[i]
-            {
-                if let Some(c) = constant(args[1]) {
-                    return (Some(args[0]), c);
+        let (mut var, mut total) = (v, 0i64);
+        for _ in 0..4 {
+            let ValueDef::Result(i, 0) = dfg.value_def(var) else { break };
+            // A sum's or difference's first result is `x ± c` (a checked one's too: it
+            // traps, or is exact).
+            let step = match dfg.insts[i] {
+                InstructionData::Binary { opcode: Opcode::Iadd | Opcode::SaddOverflow, args } => {
+                    match (constant(args[1]), constant(args[0])) {
+                        (Some(c), _) => Some((args[0], c)),
+                        (None, Some(c)) => Some((args[1], c)),
+                        _ => None,
+                    }
                 }
-                if let Some(c) = constant(args[0]) {
-                    return (Some(args[1]), c);
+                InstructionData::Binary { opcode: Opcode::Isub | Opcode::SsubOverflow, args } => {
+                    constant(args[1]).map(|c| (args[0], -c))
                 }
+                _ => None,
+            };
+            match step {
+                Some((x, c)) if (total + c).abs() < SMALL => {
+                    var = x;
+                    total += c;
+                }
+                _ => break,
             }
         }
-        (Some(v), 0)
+        (Some(var), total)
     }
 
     /// [`Self::element_addr`] as an address and a constant byte offset from it: a constant
