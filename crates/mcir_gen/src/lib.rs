@@ -754,10 +754,17 @@ impl Gen<'_, '_> {
                 let pick = self.src.below(X_LEN);
                 self.line(indent, &format!("let {v} = zeros(len(x));"));
                 self.line(indent, &format!("for {t} in 0..2 {{"));
-                self.line(indent + 1, &format!("for {i} in 0..len(x) {{"));
-                self.line(indent + 2, &format!("{v}[{i}] += 0.5 * tanh(x[{i}] + {value});"));
-                self.line(indent + 2, &format!("x[{i}] += 0.25 * {v}[{i}] - {v}[{i}] / 4.0 * 0.5;"));
-                self.line(indent + 1, "}");
+                if self.src.chance(50) {
+                    self.line(indent + 1, &format!("for {i} in 0..len(x) {{"));
+                    self.line(indent + 2, &format!("{v}[{i}] += 0.5 * tanh(x[{i}] + {value});"));
+                    self.line(indent + 2, &format!("x[{i}] += 0.25 * {v}[{i}] - {v}[{i}] / 4.0 * 0.5;"));
+                    self.line(indent + 1, "}");
+                } else {
+                    // Whole arrays: `sin(x)` computed in the update's loop, its taped
+                    // `cos(x)` beside it.
+                    self.line(indent + 1, &format!("{v} += sin(x) * 0.5 + tanh({value}) * 0.1;"));
+                    self.line(indent + 1, &format!("x += 0.25 * {v} - {v} / 4.0 * 0.5;"));
+                }
                 self.line(indent, "}");
                 self.line(indent, &format!("acc += {v}[{pick}] * {v}[{pick}] + 0.1 * {v}[0];"));
             }

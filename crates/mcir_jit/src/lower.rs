@@ -2278,13 +2278,20 @@ impl FnLower<'_, '_> {
         let d = &self.f.insts[inst];
         Ok(match &d.op {
             Op::MapFUnary(op) if self.map_partner.contains_key(&inst) => {
-                // Make the partner's array now, before the loop, from the same array.
+                // Make the partner's array now, before the loop, from the same array, in
+                // the region the partner is marked for: a taped partner (the `cos x` a
+                // reverse pass reads) outlives the arena's release at the end of the
+                // iteration, whatever region the consumer that computes it allocates in.
                 let p = self.map_partner[&inst];
                 let x = self.fused_elem(d.args[0], arrays, checked)?;
                 let source = self.v(d.args[0])?;
                 let site = self.site(self.f.insts[p].span);
                 let s = self.b.ins().iconst(P, site);
-                let out = self.rt_call_checked("mc_array_like", &[self.ctx, s, source]).ok_or("no array")?;
+                let region = self.in_tape;
+                self.allocate_in_tape(self.f.insts[p].in_tape);
+                let out = self.rt_call_checked("mc_array_like", &[self.ctx, s, source]);
+                self.allocate_in_tape(region);
+                let out = out.ok_or("no array")?;
                 if let Some(pr) = self.f.insts[p].result {
                     self.vals[pr.index()] = Some(out);
                 }
