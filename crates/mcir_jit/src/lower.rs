@@ -2053,16 +2053,15 @@ impl FnLower<'_, '_> {
         self.b.ins().store(flags(), flag, self.ctx, ctx::IN_TAPE);
     }
 
-    /// Whether lowering `inst` allocates in the tape region: it is marked `tape` (or the
-    /// `map.sin` or `map.cos` lowered with it is) and allocates here (a tuple returned
-    /// in registers does not).
+    /// Whether lowering `inst` allocates in the tape region: it is marked `tape` and
+    /// allocates here (a tuple returned in registers does not). The partner of a fused
+    /// `map.sin` or `map.cos` is made in its own region where its consumer's loop runs
+    /// (`map_elem`).
     fn takes_tape(&self, inst: mcir_ir::Inst) -> bool {
         let f = self.f;
-        let marked =
-            f.insts[inst].in_tape || self.map_partner.get(&inst).is_some_and(|&p| f.insts[p].in_tape);
         // A call runs its callee in the arena's window; the tuple it may put its result
         // in is taken from the tape region where it is made (`Op::Call` below).
-        marked
+        f.insts[inst].in_tape
             && !matches!(f.insts[inst].op, Op::Call(_))
             && !f.insts[inst].result.is_some_and(|r| self.register_tuples.contains(&r))
     }
