@@ -429,10 +429,9 @@ pub struct Proofs {
 }
 
 impl Function {
-    /// The counted loops, as the proofs see them.
-    pub fn counted_loops(&self) -> Vec<CountedLoop> {
-        let cfg = ControlFlow::compute(self);
-        facts(self, &cfg)
+    /// The counted loops, as the proofs see them, given the function's control flow.
+    pub fn counted_loops(&self, cfg: &ControlFlow) -> Vec<CountedLoop> {
+        facts(self, cfg)
             .into_iter()
             .map(|fa| CountedLoop { header: fa.header, index: fa.index, bound: fa.bound })
             .collect()

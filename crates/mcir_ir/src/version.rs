@@ -131,7 +131,7 @@ fn plans(f: &Function, cfg: &ControlFlow) -> Vec<Plan> {
         // The loop's counter, counting up by one from a non-negative start while it stays
         // below a bound computed before the loop.
         let counter = counted
-            .get_or_insert_with(|| f.counted_loops())
+            .get_or_insert_with(|| f.counted_loops(cfg))
             .iter()
             .find(|c| c.header == h && !made_inside.contains(&c.bound))
             .map(|c| (c.index, c.bound));
