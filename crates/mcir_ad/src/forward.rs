@@ -175,7 +175,7 @@ fn value_unread_by_reverse(f: &Function, users: &Users, v: Value, depth: u32) ->
 }
 
 /// Whether `v` is an `f64` constant.
-fn is_fconst(f: &Function, v: Value) -> bool {
+pub(crate) fn is_fconst(f: &Function, v: Value) -> bool {
     f.defining(v).is_some_and(|d| matches!(d.op, Op::FConst(_)))
 }
 

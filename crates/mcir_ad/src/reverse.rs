@@ -2357,7 +2357,18 @@ impl<'a> Reverse<'a> {
                     return Ok(());
                 }
                 let fy = self.fwdv(y)?;
-                let t = self.e.div(g, fy);
+                // `g · (1 / y)` rather than `g / y` for a divisor that is not a constant:
+                // the reciprocal waits on the primal divisor only, so its division runs
+                // beside the adjoints' chain instead of on it, and the quotients of one
+                // divisor (`x / z`, `y / z`) share it. (It differs from `g / y` only
+                // where `1 / y` overflows: a subnormal divisor.)
+                let t = if crate::forward::is_fconst(self.primal, y) {
+                    self.e.div(g, fy)
+                } else {
+                    let one = self.e.fconst(1.0);
+                    let reciprocal = self.e.div(one, fy);
+                    self.e.mul(g, reciprocal)
+                };
                 self.contribute(x, 0, t);
                 if ay {
                     let fr = self.fwdv(self.result(inst)?)?;

@@ -87,9 +87,14 @@ pub(crate) fn unary_times(
             e.mul(g, d)
         }
         FUnOp::Sqrt => {
-            let two = e.fconst(2.0);
-            let d = e.mul(two, r);
-            e.div(g, d)
+            // `g · (0.5 / r)`, not `g / (2 r)`: the quotient waits on the primal result
+            // only, so it is computed beside the chain of adjoints (or tangents) rather
+            // than on it, where its latency is four products'. `0.5 / sqrt(x)` cannot
+            // overflow where `g / (2 sqrt(x))` does not: `sqrt` of the smallest positive
+            // number is above 1e-162.
+            let half = e.fconst(0.5);
+            let d = e.div(half, r);
+            e.mul(g, d)
         }
         FUnOp::Abs => {
             let s = e.un(FUnOp::Sign, x);
