@@ -797,7 +797,9 @@ impl Program {
                 message: format!("--const {i}: the function takes {}", plural_arguments(n)),
             }));
         }
-        let mut d = self.differentiate(&options.ad).map_err(GradError::Derive)?;
+        // The entry's own rules, as `mcc grad` runs them (one that restores arguments
+        // from copies among them).
+        let mut d = self.differentiate_with(&options.ad, Some(func), &[]).map_err(GradError::Derive)?;
         let mut report = check_with(self, &mut d, func, fixed.as_deref(), options, limits);
         if !report.failures.is_empty() {
             report.suspects = crate::probe::suspect_rules(self, func, options, limits);

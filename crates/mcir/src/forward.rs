@@ -357,7 +357,8 @@ impl Program {
             return Ok(r);
         }
         let (seeded, constant) = (&key.1, &key.2);
-        let entry = constant.contains(&true).then(|| (func, constant.clone()));
+        let n = self.module.funcs[func].params.len();
+        let entry = Some((func, (0..n).map(|i| constant.get(i).copied().unwrap_or(false)).collect()));
         let mut derived = mcir_ad::derive_with(&self.module, &crate::AdOptions::default(), entry)?;
         let seeds = mcir_ad::SeedPattern { args: seeded.clone() };
         let vjp = mcir_ad::vjp_driver_with(&mut derived, func, &seeds, constant)?;

@@ -43,20 +43,21 @@ impl Program {
         self.differentiate_with(options, None, &[])
     }
 
-    /// [`Program::differentiate`], plus a rule of `entry` specialised to its arguments'
-    /// kinds (see [`mcir_ad::derive_with`]) when some of them are constant;
-    /// [`Differentiated::pass_text`] then prints that rule for `entry`.
+    /// [`Program::differentiate`], plus the rules of `entry` its gradients run (see
+    /// [`mcir_ad::derive_with`]): one specialised to its arguments' kinds when some of
+    /// them are constant, and one that restores arguments from copies when it has such
+    /// arguments; [`Differentiated::pass_text`] then prints that rule for `entry`.
     pub fn differentiate_with(
         &self,
         options: &AdOptions,
         entry: Option<FuncId>,
         kinds: &[crate::ArgKind],
     ) -> Result<Differentiated, AdError> {
-        let entry = entry.and_then(|f| {
+        let entry = entry.map(|f| {
             let n = self.module.funcs[f].params.len();
             let constant: Vec<bool> =
                 (0..n).map(|i| crate::forward::kind_of(kinds, i) == crate::ArgKind::Const).collect();
-            constant.contains(&true).then_some((f, constant))
+            (f, constant)
         });
         let derived = mcir_ad::derive_with(&self.module, options, entry)?;
         Ok(Differentiated {
@@ -295,10 +296,12 @@ impl Differentiated {
     }
 
     /// `f`'s rule: the entry's own variant for its argument kinds, if it was derived
-    /// with some.
+    /// with some; for the entry, the rule that leaves arguments to be restored from
+    /// copies if it has one (what its gradient runs unless two arguments are one array).
     fn rule_for(&self, f: FuncId) -> &mcir_ad::RuleIds {
-        match &self.derived.entry {
-            Some(e) if e.func == f => &e.rule,
+        match (&self.derived.copied, &self.derived.entry) {
+            (Some(c), _) if c.func == f => &c.rule,
+            (_, Some(e)) if e.func == f => &e.rule,
             _ => self.derived.rule(f),
         }
     }
@@ -443,7 +446,9 @@ impl Program {
         if let Some(r) = self.vjp_cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
             return Ok(r);
         }
-        let entry = key.2.contains(&true).then(|| (func, key.2.clone()));
+        let n = self.module.funcs[func].params.len();
+        let constant: Vec<bool> = (0..n).map(|i| key.2.get(i).copied().unwrap_or(false)).collect();
+        let entry = Some((func, constant));
         let mut derived = mcir_ad::derive_with(&self.module, &AdOptions::default(), entry)?;
         let seeds = SeedPattern { args: key.1.clone() };
         let driver = mcir_ad::vjp_driver_with(&mut derived, func, &seeds, &key.2)?;

@@ -186,3 +186,87 @@ fn pair(x: f64[]) -> (f64, f64[]) { let y = copy(x); y[1] = y[1] * y[0]; return 
         assert_eq!(out.gradient[0].to_f64_vec().unwrap(), vec![7.0, 4.0], "{engine:?}");
     }
 }
+
+#[test]
+fn arguments_restored_from_copies_may_be_one_array() {
+    // `drift` and `decay` write `v` in place and their reverse passes never read `v`:
+    // their gradients copy `v` on entry instead of keeping what each step overwrites.
+    // That is right only while `v` is not another argument too: `decay`'s reverse pass
+    // reads `p[i]` as it was before `v[i]` was written, so passed one array twice it must
+    // give what `decay_twice` gives, which passes one array twice itself (and whose rule
+    // of `decay` keeps every old value), and leave the array as it was.
+    let src = "
+fn drift(p: f64[], v: f64[], steps: i64) -> f64 {
+    for t in 0..steps {
+        for i in 0..len(p) {
+            v[i] += 0.1 * sin(p[i]);
+            p[i] += 0.5 * v[i];
+        }
+    }
+    let mut e = 0.0;
+    for i in 0..len(p) { e += p[i] * p[i]; }
+    return e;
+}
+fn decay(p: f64[], v: f64[], steps: i64) -> f64 {
+    let mut e = 0.0;
+    for t in 0..steps {
+        for i in 0..len(p) {
+            e += p[i] * p[i] * p[i];
+            v[i] = 0.9 * v[i] + 0.1;
+        }
+    }
+    return e;
+}
+fn decay_twice(p: f64[], steps: i64) -> f64 { return decay(p, p, steps); }
+";
+    let start = vec![0.3, -0.7, 1.1];
+    let velocity = vec![0.2, 0.0, -0.1];
+    for engine in [mcir::Engine::Jit, mcir::Engine::Interpreter] {
+        let program = Program::compile("drift.mcir", src).unwrap().with_engine(engine);
+        for name in ["drift", "decay"] {
+            let f = program.function(name).unwrap();
+            // Apart: against finite differences, and both arguments restored.
+            let (p, v) = (Value::vector(start.clone()), Value::vector(velocity.clone()));
+            let (_, grad) = f.value_and_gradient(&[p.clone(), v.clone(), Value::I64(4)]).unwrap();
+            assert_eq!(p.to_f64_vec().unwrap(), start, "{name} {engine:?}");
+            assert_eq!(v.to_f64_vec().unwrap(), velocity, "{name} {engine:?}");
+            for (k, x) in [&start, &velocity].into_iter().enumerate() {
+                for i in 0..3 {
+                    let at = |d: f64| {
+                        let mut args = [start.clone(), velocity.clone()];
+                        args[k] = x.clone();
+                        args[k][i] += d;
+                        let [a, b] = args;
+                        f.call(&[Value::vector(a), Value::vector(b), Value::I64(4)])
+                            .unwrap()
+                            .and_then(|y| y.as_f64())
+                            .unwrap()
+                    };
+                    let fd = (at(1e-6) - at(-1e-6)) / 2e-6;
+                    let g = grad[k].to_f64_vec().unwrap()[i];
+                    assert!((fd - g).abs() < 1e-6 * (1.0 + g.abs()), "{name} {engine:?}: {fd} against {g}");
+                }
+            }
+        }
+        // One array twice.
+        let decay = program.function("decay").unwrap();
+        let a = Value::vector(start.clone());
+        let (value, grad) = decay.value_and_gradient(&[a.clone(), a.clone(), Value::I64(4)]).unwrap();
+        assert_eq!(a.to_f64_vec().unwrap(), start, "{engine:?}: the array is restored");
+        let twice = program.function("decay_twice").unwrap();
+        let (expected, expected_grad) =
+            twice.value_and_gradient(&[Value::vector(start.clone()), Value::I64(4)]).unwrap();
+        assert_eq!(value, expected, "{engine:?}");
+        // One address, one shadow: each argument's cotangent is the array's gradient.
+        let expected_grad = expected_grad[0].to_f64_vec().unwrap();
+        for g in &grad[..2] {
+            let g = g.to_f64_vec().unwrap();
+            for (x, e) in g.iter().zip(&expected_grad) {
+                assert!(
+                    (x - e).abs() <= 1e-12 * (1.0 + e.abs()),
+                    "{engine:?}: {g:?} against {expected_grad:?}"
+                );
+            }
+        }
+    }
+}

@@ -7,6 +7,7 @@
 use crate::emit::Emit;
 use crate::forward::{build_tangent, primal_extract, shadow_struct, tangent_extract};
 use crate::tangent::{fdata_leaves, has_tangent, rdata_leaves, tangent_type};
+use crate::RuleIds;
 use crate::{AdError, Derived};
 use mcir_ir::{FuncId, Function, Op, Terminator, Type, TypeId, TypeTable, Value};
 
@@ -113,99 +114,153 @@ pub fn vjp_driver_with(
             shadows.push(list);
             continue;
         }
+        // An array argument that is the same array as an earlier one takes its shadow:
+        // one address, one shadow (LANGUAGE.md §7), so that `f(a, a)` differentiates as
+        // it does inside a program.
+        let earlier: Vec<usize> = (0..i)
+            .filter(|&j| primal.params[j] == t && types.as_array(t).is_some() && shadows[j].len() == 1)
+            .collect();
+        let join = (!earlier.is_empty()).then(|| {
+            let join = e.func.add_block();
+            let shadow_ty = tangent_type(types, t);
+            (join, e.func.add_block_param(join, shadow_ty, None))
+        });
+        if let Some((join, _)) = join {
+            for &j in &earlier {
+                let same = e.val(Op::SharesMemory, vec![xs[j], xs[i]], TypeTable::BOOL);
+                let next = e.func.add_block();
+                let block = e.block;
+                e.func.set_terminator(
+                    block,
+                    Terminator::Branch {
+                        cond: same,
+                        then_dest: mcir_ir::BlockCall { block: join, args: vec![shadows[j][0]] },
+                        else_dest: mcir_ir::BlockCall { block: next, args: Vec::new() },
+                    },
+                    primal.span,
+                );
+                e.block = next;
+            }
+        }
         for leaf in fdata_leaves(types, t) {
             let part = primal_extract(&mut e, types, xs[i], &leaf.path);
             let s = zero_shadow(&mut e, types, leaf.ty, part)?;
-            list.push(
-                e.name(s, primal.values[primal.param_values()[i]].name.as_ref().map(|n| format!("d{n}"))),
+            list.push(s);
+        }
+        if let Some((join, shared)) = join {
+            let block = e.block;
+            let fresh = std::mem::replace(&mut list, vec![shared]);
+            e.func.set_terminator(
+                block,
+                Terminator::Jump(mcir_ir::BlockCall { block: join, args: fresh }),
+                primal.span,
             );
+            e.block = join;
+        }
+        for s in &list {
+            e.name(*s, primal.values[primal.param_values()[i]].name.as_ref().map(|n| format!("d{n}")));
         }
         fargs.extend(list.iter().copied());
         shadows.push(list);
     }
-    // Forward pass.
-    let out = e.val(Op::Call(rule.fwd), fargs, rule.fwd_ret);
-    let mut k = 0;
-    let mut y = None;
-    let mut y_shadows = Vec::new();
-    if let Some(r) = primal.ret {
-        y = Some(e.tuple_get(types, out, 0));
-        k = 1;
-        for _ in fdata_leaves(types, r) {
-            y_shadows.push(e.tuple_get(types, out, k));
-            k += 1;
-        }
-    }
-    let tape = e.tuple_get(types, out, k);
-    e.name(tape, Some("tape".into()));
-    // Cotangents of the arguments' state after the call go into their shadows; their
-    // rdata parts add to the gradient directly (scalars are never mutated).
-    let mut extra_rdata: Vec<Vec<Option<Value>>> = vec![Vec::new(); np];
-    for (i, &t) in primal.params.iter().enumerate() {
-        let Some(seed) = arg_seeds[i] else { continue };
-        for leaf in rdata_leaves(types, t) {
-            let v = tangent_extract(&mut e, types, seed, &leaf.path);
-            extra_rdata[i].push(Some(v));
-        }
-        for (j, leaf) in fdata_leaves(types, t).into_iter().enumerate() {
-            let sd = tangent_extract(&mut e, types, seed, &leaf.path);
-            add_into_shadow(&mut e, types, leaf.ty, shadows[i][j], sd)?;
-        }
-    }
-    let mut dys = Vec::new();
-    if let (Some(r), Some(seed)) = (primal.ret, result_seed) {
-        for leaf in rdata_leaves(types, r) {
-            dys.push(tangent_extract(&mut e, types, seed, &leaf.path));
-        }
-        for (j, leaf) in fdata_leaves(types, r).into_iter().enumerate() {
-            let sd = tangent_extract(&mut e, types, seed, &leaf.path);
-            add_into_shadow(&mut e, types, leaf.ty, y_shadows[j], sd)?;
-        }
-    } else if let Some(r) = primal.ret {
-        for _ in rdata_leaves(types, r) {
-            dys.push(e.fconst(0.0));
-        }
-    }
-    // The value as the forward pass left it: the reverse pass restores the memory it
-    // overwrote, which a result may share (an array written after it was made, or an
-    // argument returned), so a result that holds memory is copied first.
-    let y = match (y, primal.ret) {
-        (Some(y), Some(r)) if holds_memory(types, r) => Some(snapshot(&mut e, types, r, y)),
-        (y, _) => y,
-    };
-    // Reverse pass.
-    let mut rev_args = vec![tape];
-    rev_args.extend(dys);
-    let rd = e.func.push_inst(e.block, Op::Call(rule.rev), rev_args, rule.rev_ret, primal.span);
-    let mut items = vec![match y {
-        Some(y) => y,
-        None => e.unit(),
-    }];
-    let mut k = 0u32;
-    for (i, &t) in primal.params.iter().enumerate() {
-        let mut rdata = Vec::new();
-        for (j, _) in rdata_leaves(types, t).into_iter().enumerate() {
-            let mut v = match rd {
-                Some(rd) => e.tuple_get(types, rd, k),
-                None => e.fconst(0.0),
-            };
-            k += 1;
-            if let Some(Some(extra)) = extra_rdata[i].get(j) {
-                v = e.add(v, *extra);
+    let constant_flags: Vec<bool> = (0..np).map(is_constant).collect();
+    let variants = split_on_aliasing(
+        derived_copied(&derived.copied, f, &constant_flags),
+        rule,
+        &mut e,
+        types,
+        &primal.params,
+        xs,
+    );
+    for (rule, restored, block) in variants {
+        e.block = block;
+        // Forward pass.
+        let saved = save_restored(&mut e, types, &primal.params, xs, &restored);
+        let out = e.val(Op::Call(rule.fwd), fargs.clone(), rule.fwd_ret);
+        let mut k = 0;
+        let mut y = None;
+        let mut y_shadows = Vec::new();
+        if let Some(r) = primal.ret {
+            y = Some(e.tuple_get(types, out, 0));
+            k = 1;
+            for _ in fdata_leaves(types, r) {
+                y_shadows.push(e.tuple_get(types, out, k));
+                k += 1;
             }
-            rdata.push(v);
         }
-        if is_constant(i) {
-            items.push(e.unit());
-            continue;
+        let tape = e.tuple_get(types, out, k);
+        e.name(tape, Some("tape".into()));
+        // Cotangents of the arguments' state after the call go into their shadows; their
+        // rdata parts add to the gradient directly (scalars are never mutated).
+        let mut extra_rdata: Vec<Vec<Option<Value>>> = vec![Vec::new(); np];
+        for (i, &t) in primal.params.iter().enumerate() {
+            let Some(seed) = arg_seeds[i] else { continue };
+            for leaf in rdata_leaves(types, t) {
+                let v = tangent_extract(&mut e, types, seed, &leaf.path);
+                extra_rdata[i].push(Some(v));
+            }
+            for (j, leaf) in fdata_leaves(types, t).into_iter().enumerate() {
+                let sd = tangent_extract(&mut e, types, seed, &leaf.path);
+                add_into_shadow(&mut e, types, leaf.ty, shadows[i][j], sd)?;
+            }
         }
-        let g = build_tangent(&mut e, types, t, &mut rdata.into_iter(), &mut shadows[i].clone().into_iter());
-        let name = primal.values[primal.param_values()[i]].name.as_ref().map(|n| format!("{n}_grad"));
-        items.push(e.name(g, name));
+        let mut dys = Vec::new();
+        if let (Some(r), Some(seed)) = (primal.ret, result_seed) {
+            for leaf in rdata_leaves(types, r) {
+                dys.push(tangent_extract(&mut e, types, seed, &leaf.path));
+            }
+            for (j, leaf) in fdata_leaves(types, r).into_iter().enumerate() {
+                let sd = tangent_extract(&mut e, types, seed, &leaf.path);
+                add_into_shadow(&mut e, types, leaf.ty, y_shadows[j], sd)?;
+            }
+        } else if let Some(r) = primal.ret {
+            for _ in rdata_leaves(types, r) {
+                dys.push(e.fconst(0.0));
+            }
+        }
+        // The value as the forward pass left it: the reverse pass restores the memory it
+        // overwrote, which a result may share (an array written after it was made, or an
+        // argument returned), so a result that holds memory is copied first.
+        let y = match (y, primal.ret) {
+            (Some(y), Some(r)) if holds_memory(types, r) => Some(snapshot(&mut e, types, r, y)),
+            (y, _) => y,
+        };
+        // Reverse pass.
+        let mut rev_args = vec![tape];
+        rev_args.extend(dys);
+        let rd = e.func.push_inst(e.block, Op::Call(rule.rev), rev_args, rule.rev_ret, primal.span);
+        let mut items = vec![match y {
+            Some(y) => y,
+            None => e.unit(),
+        }];
+        let mut k = 0u32;
+        for (i, &t) in primal.params.iter().enumerate() {
+            let mut rdata = Vec::new();
+            for (j, _) in rdata_leaves(types, t).into_iter().enumerate() {
+                let mut v = match rd {
+                    Some(rd) => e.tuple_get(types, rd, k),
+                    None => e.fconst(0.0),
+                };
+                k += 1;
+                if let Some(Some(extra)) = extra_rdata[i].get(j) {
+                    v = e.add(v, *extra);
+                }
+                rdata.push(v);
+            }
+            if is_constant(i) {
+                items.push(e.unit());
+                continue;
+            }
+            let g =
+                build_tangent(&mut e, types, t, &mut rdata.into_iter(), &mut shadows[i].clone().into_iter());
+            let name = primal.values[primal.param_values()[i]].name.as_ref().map(|n| format!("{n}_grad"));
+            items.push(e.name(g, name));
+        }
+        put_back(&mut e, xs, &saved);
+        let result = e.val(Op::TupleNew, items, ret);
+        let block = e.block;
+        e.func.set_terminator(block, Terminator::Return(Some(result)), primal.span);
     }
-    let result = e.val(Op::TupleNew, items, ret);
-    let block = e.block;
-    e.func.set_terminator(block, Terminator::Return(Some(result)), primal.span);
     let id = derived.module.add_function(e.func);
     if let Err(err) = mcir_ir::verify_function(&derived.module, &derived.module.funcs[id]) {
         return Err(AdError::internal(
@@ -214,6 +269,90 @@ pub fn vjp_driver_with(
         ));
     }
     Ok(id)
+}
+
+/// The entry rule that leaves arguments for its caller to restore, if `derived` has one
+/// for `f` with these constants.
+fn derived_copied<'a>(
+    copied: &'a Option<crate::CopiedEntryRule>,
+    f: FuncId,
+    constant: &[bool],
+) -> Option<&'a crate::CopiedEntryRule> {
+    copied.as_ref().filter(|c| c.func == f && c.constant == constant)
+}
+
+/// The rules a driver runs, each with the arguments it restores from copies and each in
+/// the block the driver's body fills up to its `ret`: `rule` alone, or, where `copied`
+/// applies, that rule when no restored argument is the same array as another argument
+/// of its type (tested with `array.shares` where two such exist) and `rule` otherwise.
+fn split_on_aliasing(
+    copied: Option<&crate::CopiedEntryRule>,
+    rule: RuleIds,
+    e: &mut Emit,
+    types: &TypeTable,
+    params: &[TypeId],
+    xs: &[Value],
+) -> Vec<(RuleIds, Vec<bool>, mcir_ir::Block)> {
+    let Some(copied) = copied else { return vec![(rule, Vec::new(), e.block)] };
+    let mut aliased: Option<Value> = None;
+    for (i, &t) in params.iter().enumerate() {
+        if !copied.restored.get(i).copied().unwrap_or(false) {
+            continue;
+        }
+        for (j, &u) in params.iter().enumerate() {
+            // Each pair once: a restored argument against those before it, and against
+            // the unrestored ones after it.
+            let restored_j = copied.restored.get(j).copied().unwrap_or(false);
+            if j == i || u != t || (j > i && restored_j) || types.as_array(t).is_none() {
+                continue;
+            }
+            let same = e.val(Op::SharesMemory, vec![xs[i], xs[j]], TypeTable::BOOL);
+            aliased = Some(match aliased {
+                None => same,
+                Some(a) => {
+                    let yes = e.val(Op::BConst(true), vec![], TypeTable::BOOL);
+                    e.val(Op::Select, vec![a, yes, same], TypeTable::BOOL)
+                }
+            });
+        }
+    }
+    let apart = (copied.rule.clone(), copied.restored.clone());
+    let Some(aliased) = aliased else { return vec![(apart.0, apart.1, e.block)] };
+    let (one, other) = (e.func.add_block(), e.func.add_block());
+    let block = e.block;
+    e.func.set_terminator(
+        block,
+        Terminator::Branch {
+            cond: aliased,
+            then_dest: mcir_ir::BlockCall { block: other, args: Vec::new() },
+            else_dest: mcir_ir::BlockCall { block: one, args: Vec::new() },
+        },
+        e.span,
+    );
+    e.block = one;
+    vec![(apart.0, apart.1, one), (rule, Vec::new(), other)]
+}
+
+/// Copies of the arguments marked `restored`, made before the forward pass.
+fn save_restored(
+    e: &mut Emit,
+    types: &TypeTable,
+    params: &[TypeId],
+    xs: &[Value],
+    restored: &[bool],
+) -> Vec<(usize, Value)> {
+    let _ = types;
+    (0..params.len())
+        .filter(|&i| restored.get(i).copied().unwrap_or(false))
+        .map(|i| (i, e.val(Op::ArrayCopy, vec![xs[i]], params[i])))
+        .collect()
+}
+
+/// Puts the copies [`save_restored`] made back into their arguments.
+fn put_back(e: &mut Emit, xs: &[Value], saved: &[(usize, Value)]) {
+    for &(i, copy) in saved {
+        e.eff(Op::CopyInto, vec![xs[i], copy]);
+    }
 }
 
 /// Whether a value of type `t` holds memory (an array, a cell, a `mut struct`, a stack).
@@ -343,26 +482,40 @@ pub fn gradient_driver(derived: &mut Derived, f: FuncId, constant: &[bool]) -> R
             fargs.push(zero_shadow(&mut e, types, leaf.ty, part)?);
         }
     }
-    let out = e.val(Op::Call(rule.fwd), fargs, rule.fwd_ret);
-    let y = e.tuple_get(types, out, 0);
-    let tape = e.tuple_get(types, out, 1);
-    let rd = e.func.push_inst(e.block, Op::Call(rule.rev), vec![tape, seed], rule.rev_ret, primal.span);
-    let mut items = vec![y];
-    let mut k = 0u32;
-    for (i, &t) in primal.params.iter().enumerate() {
-        for _ in rdata_leaves(types, t) {
-            if !is_constant(i) {
-                items.push(match rd {
-                    Some(rd) => e.tuple_get(types, rd, k),
-                    None => e.fconst(0.0),
-                });
+    let constant_flags: Vec<bool> = (0..np).map(is_constant).collect();
+    let variants = split_on_aliasing(
+        derived_copied(&derived.copied, f, &constant_flags),
+        rule,
+        &mut e,
+        types,
+        &primal.params,
+        xs,
+    );
+    for (rule, restored, block) in variants {
+        e.block = block;
+        let saved = save_restored(&mut e, types, &primal.params, xs, &restored);
+        let out = e.val(Op::Call(rule.fwd), fargs.clone(), rule.fwd_ret);
+        let y = e.tuple_get(types, out, 0);
+        let tape = e.tuple_get(types, out, 1);
+        let rd = e.func.push_inst(e.block, Op::Call(rule.rev), vec![tape, seed], rule.rev_ret, primal.span);
+        let mut items = vec![y];
+        let mut k = 0u32;
+        for (i, &t) in primal.params.iter().enumerate() {
+            for _ in rdata_leaves(types, t) {
+                if !is_constant(i) {
+                    items.push(match rd {
+                        Some(rd) => e.tuple_get(types, rd, k),
+                        None => e.fconst(0.0),
+                    });
+                }
+                k += 1;
             }
-            k += 1;
         }
+        put_back(&mut e, xs, &saved);
+        let result = e.val(Op::TupleNew, items, ret);
+        let block = e.block;
+        e.func.set_terminator(block, Terminator::Return(Some(result)), primal.span);
     }
-    let result = e.val(Op::TupleNew, items, ret);
-    let block = e.block;
-    e.func.set_terminator(block, Terminator::Return(Some(result)), primal.span);
     let id = derived.module.add_function(e.func);
     if let Err(err) = mcir_ir::verify_function(&derived.module, &derived.module.funcs[id]) {
         return Err(AdError::internal(

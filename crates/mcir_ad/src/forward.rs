@@ -51,12 +51,24 @@ pub(crate) struct Forward {
 /// returned array reverses those reads before this reverse pass runs. The gmm's
 /// `main_term`, filled in one loop and read a row at a time by `logsumexp_row` in the
 /// next, keeps nothing.
+///
+/// An array parameter marked `restored_by_caller` is a candidate too: the caller keeps a
+/// copy of it and puts it back after the reverse pass (see [`params_restorable_by_copy`]),
+/// so the argument, like a fresh array, need not be restored write by write.
 pub(crate) fn unrestored_arrays(
     types: &TypeTable,
     rules: &[RuleIds],
     primal: &Function,
+    restored_by_caller: &[bool],
 ) -> std::collections::HashSet<Value> {
     let mut out: std::collections::HashSet<Value> = std::collections::HashSet::new();
+    for (k, &p) in primal.param_values().iter().enumerate() {
+        if restored_by_caller.get(k).copied().unwrap_or(false)
+            && types.as_array(primal.value_type(p)).is_some()
+        {
+            out.insert(p);
+        }
+    }
     for (_, data) in primal.blocks.iter() {
         for &i in &data.insts {
             let d = &primal.insts[i];
@@ -102,6 +114,60 @@ pub(crate) fn unrestored_arrays(
         .collect();
     out.retain(|&array| !store_follows_load(types, rules, primal, &unread, array));
     out
+}
+
+/// The array parameters of `primal` whose overwrites its reverse pass need not undo one
+/// by one when the caller copies them on entry and puts the copy back after the reverse
+/// pass: those [`unrestored_arrays`] would treat as fresh arrays (only their elements
+/// are read and written, and nothing the reverse pass reads is written after it was
+/// read) and that `primal` writes. One copy then replaces every old value the forward
+/// pass would keep: a velocity moved in place through a time loop keeps nothing per
+/// step. That holds only while no other argument is the same memory (the reverse pass
+/// reads the others as restored step by step): the caller tests that at run time against
+/// the other arguments of the same type, and so an array qualifies only when no
+/// parameter holds an array of its type inside it (in a record, a tuple, a cell), where
+/// the caller could not compare it. (A function whose rule is hand-written or
+/// checkpointed is not derived, and gets none: `derive_with`.)
+pub(crate) fn params_restorable_by_copy(
+    types: &TypeTable,
+    rules: &[RuleIds],
+    primal: &Function,
+) -> Vec<bool> {
+    let stored: std::collections::HashSet<Value> = primal
+        .insts
+        .values()
+        .filter(|d| matches!(d.op, Op::Store | Op::TrustedStore))
+        .map(|d| d.args[0])
+        .collect();
+    let candidates: Vec<bool> = primal
+        .param_values()
+        .iter()
+        .zip(&primal.params)
+        .map(|(p, &t)| {
+            stored.contains(p)
+                && types.as_array(t).is_some()
+                && !primal.params.iter().any(|&u| u != t && holds_inside(types, u, t))
+        })
+        .collect();
+    if !candidates.contains(&true) {
+        return candidates;
+    }
+    let kept = unrestored_arrays(types, rules, primal, &candidates);
+    primal.param_values().iter().map(|p| kept.contains(p)).collect()
+}
+
+/// Whether a value of type `outer` can hold a value of type `inner` (itself included).
+/// (Program types are not recursive, so this ends.)
+fn holds_inside(types: &TypeTable, outer: TypeId, inner: TypeId) -> bool {
+    outer == inner
+        || match types.get(outer) {
+            mcir_ir::Type::Scalar(_) | mcir_ir::Type::Array { .. } | mcir_ir::Type::Stack(_) => false,
+            mcir_ir::Type::Ref(t) => holds_inside(types, *t, inner),
+            mcir_ir::Type::Tuple(items) => items.iter().any(|&t| holds_inside(types, t, inner)),
+            mcir_ir::Type::Struct(s) => {
+                types.struct_def(*s).fields.iter().any(|&(_, t)| holds_inside(types, t, inner))
+            }
+        }
 }
 
 /// Whether instruction `i` is a call that only reads the memory it is given and can keep
@@ -326,6 +392,7 @@ pub(crate) fn build_forward(
     counted: &[Option<crate::analysis::CountedHeader>],
     counters: &[crate::analysis::LoopCounter],
     constant: &[bool],
+    restored_by_caller: &[bool],
 ) -> Result<Forward, AdError> {
     let (params, ret) = forward_signature(&mut module.types, primal, rule.tape_ty, constant);
     let name = module.funcs[rule.fwd].name.clone();
@@ -341,7 +408,7 @@ pub(crate) fn build_forward(
         edge_marks: Vec::new(),
         counter_marks: Vec::new(),
         returns: Vec::new(),
-        unrestored: unrestored_arrays(&module.types, ids, primal),
+        unrestored: unrestored_arrays(&module.types, ids, primal, restored_by_caller),
     };
     let types = &mut module.types;
     // Blocks and their parameters.

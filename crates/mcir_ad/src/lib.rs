@@ -111,6 +111,27 @@ pub struct Derived {
     pub rules: Vec<RuleIds>,
     /// The entry's rule for constant arguments, if one was asked for (see [`derive_with`]).
     pub entry: Option<EntryRule>,
+    /// The entry's rule that leaves some arguments for its caller to restore from a copy,
+    /// if it has such arguments (see [`derive_with`]).
+    pub copied: Option<CopiedEntryRule>,
+}
+
+/// A rule of the entry function whose reverse pass does not undo its writes to the
+/// parameters marked `restored`: its caller copies them on entry and puts the copies
+/// back after the reverse pass, so the forward pass keeps none of the values those
+/// writes overwrite (`forward::params_restorable_by_copy`). It is right only when none
+/// of those arguments is the same array as another argument, which the caller tests
+/// (`driver`), running [`Derived::rule`] (or the [`EntryRule`]) otherwise.
+#[derive(Clone, Debug)]
+pub struct CopiedEntryRule {
+    /// The primal function.
+    pub func: FuncId,
+    /// Which of its parameters are constant (as for [`EntryRule`]).
+    pub constant: Vec<bool>,
+    /// Which of its parameters the caller restores.
+    pub restored: Vec<bool>,
+    /// The rule.
+    pub rule: RuleIds,
 }
 
 /// A rule of one function specialised to some of its parameters being constant:
@@ -142,7 +163,11 @@ pub fn derive(module: &Module, options: &Options) -> Result<Derived, AdError> {
 /// shadow for them and the reverse pass `f$rev$const` spends no work on them. A constant
 /// gets a zero shadow of its own, inside the rule, only where it comes to carry a
 /// derivative (it escapes into a call, or values that depend on the other arguments are
-/// written into it; see `analysis::varied_values`), so no derivative is lost.
+/// written into it; see `analysis::varied_values`), so no derivative is lost. If `f`
+/// has array arguments that its caller could restore from copies
+/// (`forward::params_restorable_by_copy`), also a rule `f$fwd$copy`, `f$rev$copy` (for
+/// the same constants) that does not undo its writes to them, for the drivers to run
+/// when no such argument is another argument ([`CopiedEntryRule`]).
 pub fn derive_with(
     module: &Module,
     options: &Options,
@@ -161,7 +186,7 @@ pub fn derive_with(
     }
     for (fid, primal) in &primals {
         let rule = rules[fid.index()].clone();
-        let (fwd, rev) = rule_passes(&mut module, &rules, &rule, *fid, primal, options, &[])?;
+        let (fwd, rev) = rule_passes(&mut module, &rules, &rule, *fid, primal, options, &[], &[])?;
         module.funcs[rule.fwd] = fwd;
         module.funcs[rule.rev] = rev;
     }
@@ -171,7 +196,7 @@ pub fn derive_with(
         }
     }
     let mut special = None;
-    if let Some((f, constant)) = entry.filter(|(_, c)| c.iter().any(|&k| k)) {
+    if let Some((f, constant)) = entry.clone().filter(|(_, c)| c.iter().any(|&k| k)) {
         let primal = primals
             .iter()
             .find(|(id, _)| *id == f)
@@ -179,16 +204,41 @@ pub fn derive_with(
             .ok_or_else(|| AdError::internal("", format!("no function {} to specialise", f.index())))?;
         let mut rule = declare_rule(&mut module, primal, "$const", &constant);
         rule.writes_arguments = rules[f.index()].writes_arguments;
-        let (fwd, rev) = rule_passes(&mut module, &rules, &rule, f, primal, options, &constant)?;
+        let (fwd, rev) = rule_passes(&mut module, &rules, &rule, f, primal, options, &constant, &[])?;
         module.funcs[rule.fwd] = fwd;
         module.funcs[rule.rev] = rev;
         special = Some(EntryRule { func: f, constant, rule });
     }
-    let module = inline_passes(module, &rules, special.as_ref());
+    let mut copied = None;
+    if let Some((f, constant)) = entry {
+        let primal =
+            primals.iter().find(|(id, _)| *id == f).map(|&(_, p)| p).ok_or_else(|| {
+                AdError::internal("", format!("no function {} to differentiate", f.index()))
+            })?;
+        let derived_here =
+            module.rule_of(f, "reverse").is_none() && module.rule_of(f, "checkpoint").is_none();
+        let restored = if derived_here && options.corrupt.is_none() {
+            forward::params_restorable_by_copy(&module.types, &rules, primal)
+        } else {
+            Vec::new()
+        };
+        if restored.contains(&true) {
+            let mut rule = declare_rule(&mut module, primal, "$copy", &constant);
+            rule.writes_arguments = rules[f.index()].writes_arguments;
+            let (fwd, rev) =
+                rule_passes(&mut module, &rules, &rule, f, primal, options, &constant, &restored)?;
+            module.funcs[rule.fwd] = fwd;
+            module.funcs[rule.rev] = rev;
+            copied = Some(CopiedEntryRule { func: f, constant, restored, rule });
+        }
+    }
+    let extra: Vec<&RuleIds> =
+        special.iter().map(|s| &s.rule).chain(copied.iter().map(|c| &c.rule)).collect();
+    let module = inline_passes(module, &rules, &extra);
     if let Err(e) = mcir_ir::verify_module(&module) {
         return Err(AdError::internal(&e.func, format!("the derived IR does not verify: {}", e.message)));
     }
-    Ok(Derived { module, rules, entry: special })
+    Ok(Derived { module, rules, entry: special, copied })
 }
 
 /// The most instructions a pass may have to be inlined into the one pass that calls it.
@@ -198,9 +248,9 @@ const MAX_INLINED_PASS_INSTS: usize = 400;
 /// block and cannot fail inlined there (`mcir_ir::inline::inline_single_calls`), and the
 /// passes it went into cleaned: the callee's tape record is then a struct the caller
 /// builds and pushes, and reads fields of, and its results are the values they hold.
-fn inline_passes(module: Module, rules: &[RuleIds], special: Option<&EntryRule>) -> Module {
+fn inline_passes(module: Module, rules: &[RuleIds], extra: &[&RuleIds]) -> Module {
     let mut passes = vec![false; module.funcs.len()];
-    for r in rules.iter().chain(special.map(|s| &s.rule)) {
+    for r in rules.iter().chain(extra.iter().copied()) {
         passes[r.fwd.index()] = true;
         passes[r.rev.index()] = true;
     }
@@ -245,6 +295,7 @@ fn declare_rule(module: &mut Module, f: &Function, suffix: &str, constant: &[boo
 /// The two passes of `rule`, a rule of `primal` (function `fid`): from its hand-written
 /// reverse or zero rule if it has one, by recomputation if its calls are checkpointed,
 /// else derived.
+#[allow(clippy::too_many_arguments)]
 fn rule_passes(
     module: &mut Module,
     rules: &[RuleIds],
@@ -253,6 +304,7 @@ fn rule_passes(
     primal: &Function,
     options: &Options,
     constant: &[bool],
+    restored_by_caller: &[bool],
 ) -> Result<(Function, Function), AdError> {
     if let Some(mcir_ir::RuleKind::Checkpoint { inner }) = module.rule_of(fid, "checkpoint").cloned() {
         let inner_rule = rules[inner.index()].clone();
@@ -260,12 +312,13 @@ fn rule_passes(
     }
     match module.rule_of(fid, "reverse").cloned() {
         Some(kind) => custom::reverse_passes(module, rule, fid, primal, &kind, constant),
-        None => derive_function(module, rules, rule, primal, options, constant),
+        None => derive_function(module, rules, rule, primal, options, constant, restored_by_caller),
     }
 }
 
 /// Builds the two passes of `rule`, a rule of `primal` with the parameters marked
-/// `constant` not differentiated. Calls go to the rules of `rules`.
+/// `constant` not differentiated and the writes to those marked `restored_by_caller` not
+/// undone (see [`CopiedEntryRule`]). Calls go to the rules of `rules`.
 fn derive_function(
     module: &mut Module,
     rules: &[RuleIds],
@@ -273,6 +326,7 @@ fn derive_function(
     primal: &Function,
     options: &Options,
     constant: &[bool],
+    restored_by_caller: &[bool],
 ) -> Result<(Function, Function), AdError> {
     // A copy of the primal is made only where counting trips or linearizing branches
     // changes it (a straight-line function of 10⁵ lines is not copied).
@@ -299,7 +353,17 @@ fn derive_function(
     let counted = analysis::counted_headers(primal, &edges);
     let counters = analysis::loop_counters(primal, &edges, &counted);
     let range_loops = counters.clone();
-    let mut fw = forward::build_forward(module, rules, rule, primal, &edges, &counted, &counters, constant)?;
+    let mut fw = forward::build_forward(
+        module,
+        rules,
+        rule,
+        primal,
+        &edges,
+        &counted,
+        &counters,
+        constant,
+        restored_by_caller,
+    )?;
     let (mut rev, slots, rev_stacks, pushes, path_slot, counter_slots, replayed) = {
         let mut rv = reverse::Reverse::new(
             rule,

@@ -553,6 +553,7 @@ impl Builder<'_> {
             | Op::IToF
             | Op::FToI
             | Op::ArrayDim(_)
+            | Op::SharesMemory
             | Op::ExpectDim(_)
             | Op::MapIBinary(_)
             | Op::ArenaMark

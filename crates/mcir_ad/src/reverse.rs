@@ -1890,6 +1890,7 @@ impl<'a> Reverse<'a> {
             | Op::IToF
             | Op::FToI
             | Op::ArrayDim(_)
+            | Op::SharesMemory
             | Op::ExpectDim(_)
             | Op::MapIBinary(_)
             | Op::Print => {}

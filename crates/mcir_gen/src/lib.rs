@@ -101,6 +101,7 @@ const X_LEN: usize = 5;
 const M_ROWS: usize = 3;
 const M_COLS: usize = 4;
 const V_LEN: usize = 3;
+const VEL_ROWS: usize = 2;
 
 /// Names of scalar `f64` values any expression in `main` may read.
 struct Scope {
@@ -183,7 +184,7 @@ impl Gen<'_, '_> {
     fn statement(&mut self, scope: &mut Scope, indent: usize) {
         let nested = scope.depth < 2;
         let e = |g: &mut Self, s: &Scope| g.real(s, 2);
-        match self.src.below(52) {
+        match self.src.below(55) {
             0 | 1 => {
                 let v = self.name("t");
                 let value = e(self, scope);
@@ -768,6 +769,23 @@ impl Gen<'_, '_> {
                 self.line(indent, "}");
                 self.line(indent, &format!("acc += {v}[{pick}] * {v}[{pick}] + 0.1 * {v}[0];"));
             }
+            52..=54 => {
+                // The argument `vel`, moved in place and read only through sums and
+                // products with constants (its gradient restores it from one copy,
+                // `mcir_ad::forward::params_restorable_by_copy`), unless the third form
+                // reads it where an adjoint needs it.
+                let k = self.x_index(scope);
+                let value = e(self, scope);
+                let c = self.src.below(2);
+                match self.src.below(4) {
+                    0 | 1 => self.line(
+                        indent,
+                        &format!("vel[{k} % {VEL_ROWS}, {c}] = 0.9 * vel[{k} % {VEL_ROWS}, {c}] + 0.1 * tanh({value});"),
+                    ),
+                    2 => self.line(indent, &format!("x[{k}] += 0.25 * vel[({k} + 1) % {VEL_ROWS}, {c}];")),
+                    _ => self.line(indent, &format!("acc += 0.1 * sin(vel[{k} % {VEL_ROWS}, {c}] + {value});")),
+                }
+            }
             41 => {
                 // A helper with a branch and a loop, called once.
                 let value = e(self, scope);
@@ -993,9 +1011,12 @@ fn generate_from(src: &mut Source<'_>) -> Generated {
     };
     g.out.push_str(PRELUDE);
     g.out.push_str(
-        "\nfn main(x: f64[], m: f64[,], y: f64, n: i64, r: ref<f64>, p: Bundle) -> f64 {\n    let mut acc = y;\n    let st = State { v: copy(x), total: 0.0 };\n",
+        "\nfn main(x: f64[], m: f64[,], y: f64, n: i64, r: ref<f64>, p: Bundle, vel: f64[,]) -> f64 {\n    let mut acc = y;\n    let st = State { v: copy(x), total: 0.0 };\n",
     );
     g.block(&mut scope, 1, statements);
+    g.out.push_str(
+        "    for i in 0..size(vel, 0) {\n        acc += vel[i, 0] * 0.1 + vel[i, 1] * 0.05;\n    }\n",
+    );
     g.out.push_str(
         "    return acc + sum(x) * 0.1 + st.total + sum(st.v) * 0.01 + *r + p.w * sum(p.v) * 0.1;\n}\n",
     );
@@ -1016,6 +1037,11 @@ fn generate_from(src: &mut Source<'_>) -> Generated {
     for k in 0..V_LEN {
         let _ = write!(args, "{}{:.3}", if k > 0 { ", " } else { "" }, g.src.real());
     }
-    args.push_str("]}]");
+    args.push_str("]}, [");
+    for i in 0..VEL_ROWS {
+        let (a, b) = (g.src.real(), g.src.real());
+        let _ = write!(args, "{}[{a:.3}, {b:.3}]", if i > 0 { ", " } else { "" });
+    }
+    args.push_str("]]");
     Generated { source: g.out, args }
 }

@@ -481,6 +481,7 @@ impl<'m> Interpreter<'m> {
                 }
                 Val::Unit
             }
+            Op::SharesMemory => Val::Bool(Rc::ptr_eq(array(a, 0)?, array(a, 1)?)),
             Op::Sum => {
                 let arr = array(a, 0)?;
                 match &*arr.data.borrow() {
@@ -815,6 +816,7 @@ fn allocated_bytes(op: &Op, out: &Val) -> u64 {
         | Op::FToI
         | Op::ArrayFill
         | Op::ArrayDim(_)
+        | Op::SharesMemory
         | Op::ExpectDim(_)
         | Op::Load
         | Op::Store

@@ -58,6 +58,7 @@ fn access(op: &Op) -> Access {
         | Op::ArrayFill
         | Op::ArrayLit(_)
         | Op::ArrayDim(_)
+        | Op::SharesMemory
         | Op::ExpectDim(_)
         | Op::ZerosLike
         | Op::RefNew

@@ -198,6 +198,10 @@ pub enum Op {
     ArrayCopy,
     /// `array.copy_into`: `(dst, src)` copies the elements of `src` into `dst`; shapes must match.
     CopyInto,
+    /// `array.shares`: `(a, b) -> bool`, whether two arrays are one memory (writing an
+    /// element of one changes the other). Gradient drivers test their arguments with it
+    /// before they run a rule that assumes them apart (`mcir_ad::driver`).
+    SharesMemory,
     /// `array.sum`: the sum of every element, `f64` or `i64` by element type.
     Sum,
     /// `array.dot`: the dot product of two rank-1 `f64` arrays of equal length.
@@ -631,6 +635,7 @@ impl Op {
             | Op::Not
             | Op::IToF
             | Op::ArrayDim(_)
+            | Op::SharesMemory
             | Op::ArrayCopy
             | Op::ArrayLit(_)
             | Op::Sum

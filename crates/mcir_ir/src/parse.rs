@@ -730,6 +730,7 @@ impl Parser {
             "array.expect_dim" => Op::ExpectDim(self.number("a dimension")?),
             "array.copy" => Op::ArrayCopy,
             "array.copy_into" => Op::CopyInto,
+            "array.shares" => Op::SharesMemory,
             "array.sum" => Op::Sum,
             "array.dot" => Op::Dot,
             "array.outer_acc" => Op::OuterAcc,

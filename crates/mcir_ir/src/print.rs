@@ -262,6 +262,7 @@ pub(crate) fn op_head(types: &TypeTable, op: &Op) -> String {
         Op::TrustedStore => "store.trusted".to_string(),
         Op::ArrayCopy => "array.copy".to_string(),
         Op::CopyInto => "array.copy_into".to_string(),
+        Op::SharesMemory => "array.shares".to_string(),
         Op::Sum => "array.sum".to_string(),
         Op::Dot => "array.dot".to_string(),
         Op::MatMul(t) => format!("array.matmul{}", t.suffix()),

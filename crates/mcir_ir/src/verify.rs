@@ -403,6 +403,10 @@ impl Verifier<'_> {
                 array_of(0).ok_or("takes arrays")?;
                 want(&[args[0], args[0]], None)
             }
+            Op::SharesMemory => {
+                array_of(0).ok_or("takes arrays")?;
+                want(&[args[0], args[0]], Some(TypeTable::BOOL))
+            }
             Op::Sum => {
                 let (elem, _) = array_of(0).ok_or("takes an array")?;
                 if elem == Scalar::Bool {

@@ -62,6 +62,7 @@ bb0:
     call @other(%b_4)
     br %23, bb1(%25), bb2
 bb1(%k_47: i64):
+    %48: bool = array.shares %a_2, %27
     jump bb2
 bb2:
     ret %42
@@ -130,6 +131,12 @@ fn malformed_ir_is_rejected() {
     rejects("call @other(%b_4)", "call @other(%p_3)", "takes (Body)");
     rejects("%26: i64 = array.dim 1 %a_2", "%26: i64 = array.dim 2 %a_2", "dimension 2");
     rejects("%39: i64[,] = map.imul %38, %38", "%39: i64[,] = map.idiv %38, %38", "no elementwise form");
+    rejects(
+        "%48: bool = array.shares %a_2, %27",
+        "%48: bool = array.shares %a_2, %31",
+        "takes (f64[,], f64[,])",
+    );
+    rejects("%48: bool = array.shares %a_2, %27", "%48: i64 = array.shares %a_2, %27", "yields bool");
 }
 
 /// A record of three values per counter value: the reservation's width, the put's values.

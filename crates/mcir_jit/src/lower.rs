@@ -2739,6 +2739,14 @@ impl FnLower<'_, '_> {
             Op::ArrayDim(dim) => {
                 Some(self.b.ins().load(P, self.header_loads, args[0], array::DIMS + 8 * *dim as i32))
             }
+            Op::SharesMemory => {
+                // One memory when their elements start at one address (an array is one
+                // block: no two arrays overlap otherwise). Empty arrays may share a
+                // dangling address; calling them one memory is only more cautious.
+                let a = self.b.ins().load(P, self.header_loads, args[0], array::DATA);
+                let b = self.b.ins().load(P, self.header_loads, args[1], array::DATA);
+                Some(self.b.ins().icmp(IntCC::Equal, a, b))
+            }
             Op::ExpectDim(dim) => {
                 let site = fallible_site(self);
                 let extent = self.b.ins().load(P, self.header_loads, args[0], array::DIMS + 8 * *dim as i32);
