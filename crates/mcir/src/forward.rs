@@ -29,9 +29,10 @@ pub enum ArgKind {
     /// Differentiated: it has a tangent and a cotangent.
     #[default]
     Active,
-    /// Not differentiated: in forward mode no tangent and no shadow; its derivative is
-    /// reported as `null`. Writing values that depend on the other arguments into it is
-    /// an error where the transform can see it.
+    /// Not differentiated: no tangent or seed, and its derivative is reported as `null`.
+    /// Where values that depend on the other arguments are written into it, it gets a
+    /// zero shadow inside the rule, so that the derivative flowing through it is not
+    /// lost (`docs/ad.md`, "Argument kinds").
     Const,
     /// Scratch space: its contents upon entry must not matter to the result; its shadow
     /// starts at zero and no derivative is reported (`null`).

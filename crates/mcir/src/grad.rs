@@ -518,7 +518,18 @@ impl Program {
         let mut call_args: Vec<Val> = args.to_vec();
         if let Some(r) = ret {
             if has_tangent(&module.types, r) {
-                call_args.push(seed.unwrap_or_else(|| zero_tangent_of_type(&module.types, r)));
+                let seed = match seed {
+                    Some(s) => s,
+                    // No seed is a zero one; for a result that holds arrays, of the shapes
+                    // a call on copies of the arguments returns.
+                    None if holds_array(&module.types, r) => {
+                        let copies = deep_copy_all(args);
+                        let like = self.call(func, &copies, limits).map_err(GradError::Runtime)?;
+                        zero_like(&module.types, r, like.as_ref(), "the seed").map_err(GradError::Args)?
+                    }
+                    None => zero_tangent_of_type(&module.types, r),
+                };
+                call_args.push(seed);
             }
         }
         call_args.extend(seed_args.iter().flatten().cloned());
@@ -533,6 +544,19 @@ pub(crate) fn internal_error(message: &str) -> RuntimeError {
         kind: mcir_interp::RuntimeErrorKind::Internal(message.to_string()),
         span: Default::default(),
         function: String::new(),
+    }
+}
+
+/// Whether a value of type `t` holds an array (whose zero cotangent needs its shape).
+fn holds_array(types: &TypeTable, t: TypeId) -> bool {
+    match types.try_get(t) {
+        Some(Type::Array { .. }) => true,
+        Some(Type::Ref(inner)) => holds_array(types, *inner),
+        Some(Type::Tuple(items)) => items.iter().any(|&i| holds_array(types, i)),
+        Some(Type::Struct(_)) => {
+            types.as_struct(t).is_some_and(|(_, d)| d.fields.iter().any(|f| holds_array(types, f.1)))
+        }
+        _ => false,
     }
 }
 

@@ -270,3 +270,61 @@ fn decay_twice(p: f64[], steps: i64) -> f64 { return decay(p, p, steps); }
         }
     }
 }
+
+#[test]
+fn no_seed_is_a_zero_seed_for_a_result_that_holds_arrays() {
+    // A zero cotangent for an array needs its shape, which only a call tells.
+    let src = "
+fn relax(w: f64[], c: f64) -> f64[] { for i in 0..len(w) { w[i] = w[i] * 0.5 + c * c; } return w; }
+fn pair(x: f64[]) -> (f64, f64[]) { let y = copy(x); y[1] = y[1] * y[0]; return (y[1], y); }
+";
+    for engine in [mcir::Engine::Jit, mcir::Engine::Interpreter] {
+        let program = Program::compile("seeds.mcir", src).unwrap().with_engine(engine);
+        let w = Value::vector(vec![0.1, 0.2, 0.3]);
+        let out = program.function("relax").unwrap().vjp(&[w.clone(), Value::F64(0.3)], None, &[]).unwrap();
+        assert_eq!(out.value.unwrap().to_f64_vec().unwrap(), vec![0.14, 0.19, 0.24], "{engine:?}");
+        assert_eq!(out.gradient[0].to_f64_vec().unwrap(), vec![0.0; 3], "{engine:?}");
+        assert_eq!(out.gradient[1].as_f64(), Some(0.0), "{engine:?}");
+        assert_eq!(w.to_f64_vec().unwrap(), vec![0.1, 0.2, 0.3], "{engine:?}: restored");
+        let out = program.function("pair").unwrap().vjp(&[Value::vector(vec![2.0, 3.0])], None, &[]).unwrap();
+        assert_eq!(out.gradient[0].to_f64_vec().unwrap(), vec![0.0, 0.0], "{engine:?}");
+    }
+}
+
+#[test]
+fn an_array_inside_an_argument_and_passed_beside_it_has_one_shadow() {
+    // `f(S { a: p, c }, p)` from the API: the record's field and the array argument are
+    // one array, so they share a shadow, and each reports the array's whole gradient,
+    // as `g`, which makes that call itself, computes it.
+    let src = "
+struct S { a: f64[], c: f64 }
+fn f(s: S, v: f64[]) -> f64 {
+    for t in 0..3 { for i in 0..len(v) { v[i] = 0.5 * v[i] + s.c * 0.1; } }
+    let mut e = 0.0;
+    for i in 0..len(v) { e += s.a[i] * s.a[i] * s.c; }
+    return e;
+}
+fn g(p: f64[]) -> f64 { return f(S { a: p, c: 0.5 }, p); }
+";
+    let start = vec![0.3, -0.7, 1.1, 0.45];
+    for engine in [mcir::Engine::Jit, mcir::Engine::Interpreter] {
+        let program = Program::compile("inside.mcir", src).unwrap().with_engine(engine);
+        let a = Value::vector(start.clone());
+        let s = Value::Agg(vec![a.clone(), Value::F64(0.5)].into());
+        let (value, grad) = program.function("f").unwrap().value_and_gradient(&[s, a.clone()]).unwrap();
+        assert_eq!(a.to_f64_vec().unwrap(), start, "{engine:?}: restored");
+        let (expected, expected_grad) =
+            program.function("g").unwrap().value_and_gradient(&[Value::vector(start.clone())]).unwrap();
+        assert_eq!(value, expected, "{engine:?}");
+        let expected_grad = expected_grad[0].to_f64_vec().unwrap();
+        let Value::Agg(fields) = &grad[0] else { panic!("a record's tangent") };
+        for g in [fields[0].to_f64_vec().unwrap(), grad[1].to_f64_vec().unwrap()] {
+            for (x, e) in g.iter().zip(&expected_grad) {
+                assert!(
+                    (x - e).abs() <= 1e-12 * (1.0 + e.abs()),
+                    "{engine:?}: {g:?} against {expected_grad:?}"
+                );
+            }
+        }
+    }
+}

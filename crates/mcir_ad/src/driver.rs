@@ -108,54 +108,60 @@ pub fn vjp_driver_with(
     // Zero shadows for the arguments.
     let mut shadows: Vec<Vec<Value>> = Vec::new();
     let mut fargs: Vec<Value> = xs.to_vec();
+    // The array leaves made shadows so far: (type, array, shadow).
+    let mut arrays_met: Vec<(TypeId, Value, Value)> = Vec::new();
     for (i, &t) in primal.params.iter().enumerate() {
         let mut list = Vec::new();
         if is_constant(i) {
             shadows.push(list);
             continue;
         }
-        // An array argument that is the same array as an earlier one takes its shadow:
-        // one address, one shadow (LANGUAGE.md §7), so that `f(a, a)` differentiates as
-        // it does inside a program.
-        let earlier: Vec<usize> = (0..i)
-            .filter(|&j| primal.params[j] == t && types.as_array(t).is_some() && shadows[j].len() == 1)
-            .collect();
-        let join = (!earlier.is_empty()).then(|| {
-            let join = e.func.add_block();
-            let shadow_ty = tangent_type(types, t);
-            (join, e.func.add_block_param(join, shadow_ty, None))
-        });
-        if let Some((join, _)) = join {
-            for &j in &earlier {
-                let same = e.val(Op::SharesMemory, vec![xs[j], xs[i]], TypeTable::BOOL);
-                let next = e.func.add_block();
+        // An array that is the same array as one met before (an argument, or a field
+        // of one) takes its shadow: one address, one shadow (LANGUAGE.md §7), so that
+        // `f(a, a)` differentiates as it does inside a program.
+        for leaf in fdata_leaves(types, t) {
+            let part = primal_extract(&mut e, types, xs[i], &leaf.path);
+            let is_array = types.as_array(leaf.ty).is_some();
+            let earlier: Vec<(Value, Value)> = arrays_met
+                .iter()
+                .filter(|&&(ty, _, _)| is_array && ty == leaf.ty)
+                .map(|&(_, p, s)| (p, s))
+                .collect();
+            let s = if earlier.is_empty() {
+                zero_shadow(&mut e, types, leaf.ty, part)?
+            } else {
+                let join = e.func.add_block();
+                let shadow_ty = tangent_type(types, leaf.ty);
+                let shared = e.func.add_block_param(join, shadow_ty, None);
+                for (other, shadow) in earlier {
+                    let same = e.val(Op::SharesMemory, vec![other, part], TypeTable::BOOL);
+                    let next = e.func.add_block();
+                    let block = e.block;
+                    e.func.set_terminator(
+                        block,
+                        Terminator::Branch {
+                            cond: same,
+                            then_dest: mcir_ir::BlockCall { block: join, args: vec![shadow] },
+                            else_dest: mcir_ir::BlockCall { block: next, args: Vec::new() },
+                        },
+                        primal.span,
+                    );
+                    e.block = next;
+                }
+                let fresh = zero_shadow(&mut e, types, leaf.ty, part)?;
                 let block = e.block;
                 e.func.set_terminator(
                     block,
-                    Terminator::Branch {
-                        cond: same,
-                        then_dest: mcir_ir::BlockCall { block: join, args: vec![shadows[j][0]] },
-                        else_dest: mcir_ir::BlockCall { block: next, args: Vec::new() },
-                    },
+                    Terminator::Jump(mcir_ir::BlockCall { block: join, args: vec![fresh] }),
                     primal.span,
                 );
-                e.block = next;
+                e.block = join;
+                shared
+            };
+            if is_array {
+                arrays_met.push((leaf.ty, part, s));
             }
-        }
-        for leaf in fdata_leaves(types, t) {
-            let part = primal_extract(&mut e, types, xs[i], &leaf.path);
-            let s = zero_shadow(&mut e, types, leaf.ty, part)?;
             list.push(s);
-        }
-        if let Some((join, shared)) = join {
-            let block = e.block;
-            let fresh = std::mem::replace(&mut list, vec![shared]);
-            e.func.set_terminator(
-                block,
-                Terminator::Jump(mcir_ir::BlockCall { block: join, args: fresh }),
-                primal.span,
-            );
-            e.block = join;
         }
         for s in &list {
             e.name(*s, primal.values[primal.param_values()[i]].name.as_ref().map(|n| format!("d{n}")));

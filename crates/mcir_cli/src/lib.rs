@@ -928,12 +928,15 @@ fn cmd_ir(
             Some(f) => kinds.resolve(program.module().funcs[f].params.len())?,
             None => Vec::new(),
         };
+        // The rules a gradient of the entry runs (`grad` takes `main`, or the only
+        // function, when no `--fn` is given), though every function is printed.
+        let rule_entry = func.or_else(|| program.entry(None).ok());
         let d = if stage == Stage::Tangent {
             None
         } else {
             Some(
                 program
-                    .differentiate_with(&mcir::AdOptions::default(), func, &entry_kinds)
+                    .differentiate_with(&mcir::AdOptions::default(), rule_entry, &entry_kinds)
                     .map_err(derive_error)?,
             )
         };

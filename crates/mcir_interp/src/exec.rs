@@ -178,7 +178,9 @@ impl fmt::Display for RuntimeErrorKind {
 
 impl fmt::Display for RuntimeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} (in `{}`)", self.kind, self.function)
+        // A derived pass (`f$fwd`, `f$rev$copy`) stands for the function it derives from.
+        let function = self.function.split('$').next().unwrap_or(&self.function);
+        write!(f, "{} (in `{function}`)", self.kind)
     }
 }
 
