@@ -181,7 +181,7 @@ pub fn vjp_driver_with(
     for (rule, restored, block) in variants {
         e.block = block;
         // Forward pass.
-        let saved = save_restored(&mut e, types, &primal.params, xs, &restored);
+        let saved = save_restored(&mut e, &primal.params, xs, &restored);
         let out = e.val(Op::Call(rule.fwd), fargs.clone(), rule.fwd_ret);
         let mut k = 0;
         let mut y = None;
@@ -340,14 +340,7 @@ fn split_on_aliasing(
 }
 
 /// Copies of the arguments marked `restored`, made before the forward pass.
-fn save_restored(
-    e: &mut Emit,
-    types: &TypeTable,
-    params: &[TypeId],
-    xs: &[Value],
-    restored: &[bool],
-) -> Vec<(usize, Value)> {
-    let _ = types;
+fn save_restored(e: &mut Emit, params: &[TypeId], xs: &[Value], restored: &[bool]) -> Vec<(usize, Value)> {
     (0..params.len())
         .filter(|&i| restored.get(i).copied().unwrap_or(false))
         .map(|i| (i, e.val(Op::ArrayCopy, vec![xs[i]], params[i])))
@@ -499,7 +492,7 @@ pub fn gradient_driver(derived: &mut Derived, f: FuncId, constant: &[bool]) -> R
     );
     for (rule, restored, block) in variants {
         e.block = block;
-        let saved = save_restored(&mut e, types, &primal.params, xs, &restored);
+        let saved = save_restored(&mut e, &primal.params, xs, &restored);
         let out = e.val(Op::Call(rule.fwd), fargs.clone(), rule.fwd_ret);
         let y = e.tuple_get(types, out, 0);
         let tape = e.tuple_get(types, out, 1);
