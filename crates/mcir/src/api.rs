@@ -318,7 +318,7 @@ impl<'p> Function<'p> {
     }
 }
 
-fn fits(types: &TypeTable, t: mcir_ir::TypeId, v: &Val) -> bool {
+pub(crate) fn fits(types: &TypeTable, t: mcir_ir::TypeId, v: &Val) -> bool {
     use mcir_ir::{Scalar, Type};
     match (types.get(t), v) {
         (Type::Scalar(Scalar::F64), Val::F64(_)) => true,
@@ -335,6 +335,8 @@ fn fits(types: &TypeTable, t: mcir_ir::TypeId, v: &Val) -> bool {
                 )
         }
         (Type::Ref(inner), Val::Ref(c)) => fits(types, *inner, &c.borrow()),
+        // `()`, the cotangent of what has no derivative.
+        (Type::Tuple(items), Val::Unit) => items.is_empty(),
         (Type::Tuple(items), Val::Agg(f)) => {
             items.len() == f.len() && items.iter().zip(f.iter()).all(|(&t, v)| fits(types, t, v))
         }

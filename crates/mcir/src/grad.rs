@@ -520,9 +520,9 @@ impl Program {
             if has_tangent(&module.types, r) {
                 let seed = match seed {
                     Some(s) => s,
-                    // No seed is a zero one; for a result that holds arrays, of the shapes
-                    // a call on copies of the arguments returns.
-                    None if holds_array(&module.types, r) => {
+                    // No seed is a zero one; for a result that holds memory (arrays,
+                    // cells), of the shapes a call on copies of the arguments returns.
+                    None if mcir_ir::effects::holds_address(&module.types, r) => {
                         let copies = deep_copy_all(args);
                         let like = self.call(func, &copies, limits).map_err(GradError::Runtime)?;
                         zero_like(&module.types, r, like.as_ref(), "the seed").map_err(GradError::Args)?
@@ -533,6 +533,18 @@ impl Program {
             }
         }
         call_args.extend(seed_args.iter().flatten().cloned());
+        // Cotangents must have their tangent types: native code reads what it is given.
+        let params = &module.funcs[runner.driver].params;
+        for (v, &t) in call_args.iter().zip(params).skip(args.len()) {
+            if !crate::api::fits(&module.types, t, v) {
+                return Err(GradError::Args(ArgError {
+                    message: format!(
+                        "a cotangent must be {}",
+                        crate::with_article(&module.types.display(t).to_string())
+                    ),
+                }));
+            }
+        }
         let items = runner.run(self.engine, call_args, limits)?;
         let value = if ret.is_some() { items.first().cloned() } else { None };
         Ok(Vjp { value, gradient: items.iter().skip(1).cloned().collect() })
@@ -544,19 +556,6 @@ pub(crate) fn internal_error(message: &str) -> RuntimeError {
         kind: mcir_interp::RuntimeErrorKind::Internal(message.to_string()),
         span: Default::default(),
         function: String::new(),
-    }
-}
-
-/// Whether a value of type `t` holds an array (whose zero cotangent needs its shape).
-fn holds_array(types: &TypeTable, t: TypeId) -> bool {
-    match types.try_get(t) {
-        Some(Type::Array { .. }) => true,
-        Some(Type::Ref(inner)) => holds_array(types, *inner),
-        Some(Type::Tuple(items)) => items.iter().any(|&i| holds_array(types, i)),
-        Some(Type::Struct(_)) => {
-            types.as_struct(t).is_some_and(|(_, d)| d.fields.iter().any(|f| holds_array(types, f.1)))
-        }
-        _ => false,
     }
 }
 

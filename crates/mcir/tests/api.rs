@@ -165,6 +165,7 @@ fn a_vjp_returns_the_value_the_function_returned() {
 fn written(x: f64[]) -> f64[] { let y = copy(x); y[0] = y[0] * 3.0; return y; }
 fn changed(x: f64[]) -> f64[] { x[0] = x[0] * 3.0; return x; }
 fn pair(x: f64[]) -> (f64, f64[]) { let y = copy(x); y[1] = y[1] * y[0]; return (y[1], y); }
+fn cell(x: f64) -> ref<f64> { return ref(x * x); }
 ";
     for engine in [mcir::Engine::Jit, mcir::Engine::Interpreter] {
         let program = Program::compile("results.mcir", src).unwrap().with_engine(engine);
@@ -272,11 +273,12 @@ fn decay_twice(p: f64[], steps: i64) -> f64 { return decay(p, p, steps); }
 }
 
 #[test]
-fn no_seed_is_a_zero_seed_for_a_result_that_holds_arrays() {
-    // A zero cotangent for an array needs its shape, which only a call tells.
+fn no_seed_is_a_zero_seed_for_a_result_that_holds_memory() {
+    // A zero cotangent for an array or a cell needs its shape, which only a call tells.
     let src = "
 fn relax(w: f64[], c: f64) -> f64[] { for i in 0..len(w) { w[i] = w[i] * 0.5 + c * c; } return w; }
 fn pair(x: f64[]) -> (f64, f64[]) { let y = copy(x); y[1] = y[1] * y[0]; return (y[1], y); }
+fn cell(x: f64) -> ref<f64> { return ref(x * x); }
 ";
     for engine in [mcir::Engine::Jit, mcir::Engine::Interpreter] {
         let program = Program::compile("seeds.mcir", src).unwrap().with_engine(engine);
@@ -288,6 +290,8 @@ fn pair(x: f64[]) -> (f64, f64[]) { let y = copy(x); y[1] = y[1] * y[0]; return 
         assert_eq!(w.to_f64_vec().unwrap(), vec![0.1, 0.2, 0.3], "{engine:?}: restored");
         let out = program.function("pair").unwrap().vjp(&[Value::vector(vec![2.0, 3.0])], None, &[]).unwrap();
         assert_eq!(out.gradient[0].to_f64_vec().unwrap(), vec![0.0, 0.0], "{engine:?}");
+        let out = program.function("cell").unwrap().vjp(&[Value::F64(3.0)], None, &[]).unwrap();
+        assert_eq!(out.gradient[0].as_f64(), Some(0.0), "{engine:?}");
     }
 }
 
@@ -326,5 +330,27 @@ fn g(p: f64[]) -> f64 { return f(S { a: p, c: 0.5 }, p); }
                 );
             }
         }
+    }
+}
+
+#[test]
+fn a_cotangent_of_the_wrong_type_is_an_error() {
+    // Native code reads what it is given: a seed that is not the result's cotangent
+    // (a number for a cell, for an array) must be refused before it runs, on both engines.
+    let src =
+        "fn cell(x: f64) -> ref<f64> { return ref(x * x); }\nfn arr(x: f64[]) -> f64[] { return x * 2.0; }";
+    for engine in [mcir::Engine::Jit, mcir::Engine::Interpreter] {
+        let program = Program::compile("seeds.mcir", src).unwrap().with_engine(engine);
+        let cell = program.function("cell").unwrap().vjp(&[Value::F64(3.0)], Some(Value::F64(1.0)), &[]);
+        assert!(matches!(&cell, Err(ApiError::Args(m)) if m.contains("ref<f64>")), "{engine:?}: {cell:?}");
+        let arr = program.function("arr").unwrap();
+        let x = Value::vector(vec![1.0, 2.0]);
+        let wrong = arr.vjp(std::slice::from_ref(&x), Some(Value::F64(1.0)), &[]);
+        assert!(matches!(&wrong, Err(ApiError::Args(m)) if m.contains("f64[]")), "{engine:?}: {wrong:?}");
+        let short = arr.vjp(std::slice::from_ref(&x), Some(Value::vector(vec![1.0])), &[]);
+        assert!(matches!(&short, Err(ApiError::Runtime(_))), "{engine:?}: {short:?}");
+        let seed_args = [Some(Value::F64(1.0))];
+        let wrong = arr.vjp(std::slice::from_ref(&x), Some(Value::vector(vec![1.0, 1.0])), &seed_args);
+        assert!(matches!(&wrong, Err(ApiError::Args(_))), "{engine:?}: {wrong:?}");
     }
 }
