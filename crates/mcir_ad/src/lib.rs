@@ -195,26 +195,37 @@ pub fn derive_with(
             invariant::record_invariants_once(&mut module, &rules[fid.index()]);
         }
     }
-    let mut special = None;
-    if let Some((f, constant)) = entry.clone().filter(|(_, c)| c.iter().any(|&k| k)) {
-        let primal = primals
-            .iter()
-            .find(|(id, _)| *id == f)
-            .map(|&(_, p)| p)
-            .ok_or_else(|| AdError::internal("", format!("no function {} to specialise", f.index())))?;
-        let mut rule = declare_rule(&mut module, primal, "$const", &constant);
+    // The entry's own rules: for its constants, and one leaving arguments to be
+    // restored from copies.
+    let entry_primal = match &entry {
+        Some((f, _)) => {
+            Some(primals.iter().find(|(id, _)| id == f).map(|&(_, p)| p).ok_or_else(|| {
+                AdError::internal("", format!("no function {} to differentiate", f.index()))
+            })?)
+        }
+        None => None,
+    };
+    let entry_rule = |module: &mut Module,
+                      f: FuncId,
+                      primal: &Function,
+                      suffix: &str,
+                      constant: &[bool],
+                      restored: &[bool]|
+     -> Result<RuleIds, AdError> {
+        let mut rule = declare_rule(module, primal, suffix, constant);
         rule.writes_arguments = rules[f.index()].writes_arguments;
-        let (fwd, rev) = rule_passes(&mut module, &rules, &rule, f, primal, options, &constant, &[])?;
+        let (fwd, rev) = rule_passes(module, &rules, &rule, f, primal, options, constant, restored)?;
         module.funcs[rule.fwd] = fwd;
         module.funcs[rule.rev] = rev;
-        special = Some(EntryRule { func: f, constant, rule });
-    }
+        Ok(rule)
+    };
+    let mut special = None;
     let mut copied = None;
-    if let Some((f, constant)) = entry {
-        let primal =
-            primals.iter().find(|(id, _)| *id == f).map(|&(_, p)| p).ok_or_else(|| {
-                AdError::internal("", format!("no function {} to differentiate", f.index()))
-            })?;
+    if let (Some((f, constant)), Some(primal)) = (entry, entry_primal) {
+        if constant.contains(&true) {
+            let rule = entry_rule(&mut module, f, primal, "$const", &constant, &[])?;
+            special = Some(EntryRule { func: f, constant: constant.clone(), rule });
+        }
         let derived_here =
             module.rule_of(f, "reverse").is_none() && module.rule_of(f, "checkpoint").is_none();
         let restored = if derived_here && options.corrupt.is_none() {
@@ -223,12 +234,7 @@ pub fn derive_with(
             Vec::new()
         };
         if restored.contains(&true) {
-            let mut rule = declare_rule(&mut module, primal, "$copy", &constant);
-            rule.writes_arguments = rules[f.index()].writes_arguments;
-            let (fwd, rev) =
-                rule_passes(&mut module, &rules, &rule, f, primal, options, &constant, &restored)?;
-            module.funcs[rule.fwd] = fwd;
-            module.funcs[rule.rev] = rev;
+            let rule = entry_rule(&mut module, f, primal, "$copy", &constant, &restored)?;
             copied = Some(CopiedEntryRule { func: f, constant, restored, rule });
         }
     }
