@@ -234,7 +234,8 @@ impl<'p> Function<'p> {
         Ok(())
     }
 
-    /// Calls the function; address-identified arguments show its effects afterwards.
+    /// Calls the function; address-identified arguments show its effects afterwards
+    /// (after a runtime error, some of them: see [`Prepared::call`]).
     pub fn call(&self, args: &[Val]) -> Result<Option<Val>, ApiError> {
         self.check_args(args)?;
         Ok(self.program.call(self.id, args, &self.limits)?)
@@ -473,7 +474,10 @@ impl Prepared<'_> {
     }
 
     /// Calls the function; arrays are read and updated in place. Returns the result of
-    /// a function returning `f64` (or `NaN` for one returning nothing).
+    /// a function returning `f64` (or `NaN` for one returning nothing). After a runtime
+    /// error, an array the call was updating holds some of its writes and not
+    /// necessarily all of those made before the error: native code may keep an element
+    /// in a register across a loop and store it once the loop ends (`mcir_ir::promote`).
     pub fn call(&mut self, args: &mut [Arg<'_>]) -> Result<f64, ApiError> {
         let f = &self.function.program.module.funcs[self.function.id];
         let ret = f.ret;

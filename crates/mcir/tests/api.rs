@@ -273,6 +273,66 @@ fn decay_twice(p: f64[], steps: i64) -> f64 { return decay(p, p, steps); }
 }
 
 #[test]
+fn an_element_held_across_a_loop_may_be_read_through_another_argument() {
+    // Native code holds `out[i]` in a value across the inner loop (`mcir_ir::promote`)
+    // only once `out` and `v` are shown to be two arrays: passed one array twice, the
+    // loop reads `v[j]`, which is `out[i]` when `j = i`, as it was just written. The
+    // reverse pass adds into `v̄[j]` beside `ōut[i]` in the same way. `mix_twice` passes
+    // one array twice itself, so nothing can take its two arguments for two arrays.
+    let src = "
+fn mix(out: f64[], v: f64[]) -> f64 {
+    for i in 0..len(out) {
+        for j in 0..len(v) {
+            out[i] += 0.25 * sin(v[j]) * out[i];
+        }
+    }
+    let mut e = 0.0;
+    for i in 0..len(out) { e += out[i] * f64(i + 1); }
+    return e;
+}
+fn mix_twice(a: f64[]) -> f64 { return mix(a, a); }
+";
+    let start = vec![0.3, -0.7, 1.1, 0.4];
+    let mut results = Vec::new();
+    for engine in [mcir::Engine::Jit, mcir::Engine::Interpreter] {
+        let program = Program::compile("mix.mcir", src).unwrap().with_engine(engine);
+        let mix = program.function("mix").unwrap();
+        let twice = program.function("mix_twice").unwrap();
+        // The run: the value and what the array holds after it.
+        let a = Value::vector(start.clone());
+        let value = mix.call(&[a.clone(), a.clone()]).unwrap().and_then(|y| y.as_f64()).unwrap();
+        let b = Value::vector(start.clone());
+        let expected = twice.call(std::slice::from_ref(&b)).unwrap().and_then(|y| y.as_f64()).unwrap();
+        assert_eq!(value, expected, "{engine:?}");
+        assert_eq!(a.to_f64_vec().unwrap(), b.to_f64_vec().unwrap(), "{engine:?}");
+        // Apart, the two differ: the test above would not see a wrong shortcut otherwise.
+        let apart = mix
+            .call(&[Value::vector(start.clone()), Value::vector(start.clone())])
+            .unwrap()
+            .and_then(|y| y.as_f64());
+        assert_ne!(apart, Some(value), "{engine:?}");
+        // The gradient, one address with one shadow.
+        let a = Value::vector(start.clone());
+        let (value, grad) = mix.value_and_gradient(&[a.clone(), a.clone()]).unwrap();
+        let (expected, expected_grad) = twice.value_and_gradient(&[Value::vector(start.clone())]).unwrap();
+        assert_eq!(value, expected, "{engine:?}");
+        let expected_grad = expected_grad[0].to_f64_vec().unwrap();
+        for g in &grad {
+            let g = g.to_f64_vec().unwrap();
+            for (x, e) in g.iter().zip(&expected_grad) {
+                assert!(
+                    (x - e).abs() <= 1e-12 * (1.0 + e.abs()),
+                    "{engine:?}: {g:?} against {expected_grad:?}"
+                );
+            }
+        }
+        results.push((value, expected_grad));
+    }
+    // And the engines agree.
+    assert_eq!(results[0].0, results[1].0);
+}
+
+#[test]
 fn no_seed_is_a_zero_seed_for_a_result_that_holds_memory() {
     // A zero cotangent for an array or a cell needs its shape, which only a call tells.
     let src = "

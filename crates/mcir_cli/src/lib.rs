@@ -311,7 +311,8 @@ enum Command {
         #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
         shapes_of: Option<String>,
         /// Print each function as native code compiles it: loops around a reduction run
-        /// several iterations side by side, each sum in its order (implies --opt).
+        /// several iterations side by side, each sum in its order, and elements an inner
+        /// loop adds into held in values across it (implies --opt).
         #[arg(long)]
         native: bool,
         #[command(flatten)]

@@ -1,6 +1,7 @@
 //! `mcc ir --native` prints functions as native code compiles them: the loops of
 //! `tests/programs/side_by_side_reductions.mcir` that run several iterations side by
-//! side, snapshotted; the printed module re-parses, verifies and prints the same; and
+//! side, and those of `tests/programs/elements_held_across_loops.mcir` that hold an
+//! element in a value, snapshotted; the printed module re-parses, verifies and prints the same; and
 //! the gmm's forward pass, compiled for GradBench's shapes at d = 64, has its
 //! triangular product jammed.
 
@@ -24,6 +25,28 @@ fn native_ir_is_snapshotted_and_reparses() {
     // More code than the optimised IR: the side-by-side copies.
     let opt = mcc(&["ir", path.to_str().unwrap(), "--opt"]);
     assert!(out.stdout.lines().count() > opt.stdout.lines().count() + 100);
+}
+
+#[test]
+fn elements_added_into_by_inner_loops_are_held_in_values() {
+    let path = root().join("tests/programs/elements_held_across_loops.mcir");
+    let out = mcc(&["ir", path.to_str().unwrap(), "--native"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    snapshot_settings("native")
+        .bind(|| insta::assert_snapshot!("elements_held_across_loops", out.stdout.clone()));
+    let module = mcir::ir::parse_module(&out.stdout).unwrap();
+    mcir::ir::verify_module(&module).unwrap();
+    assert_eq!(mcir::ir::print_module(&module), out.stdout);
+    // `accumulate`'s two arrays may be one: tested apart in front of its copy.
+    let accumulate = out.stdout.split("fn @main").next().unwrap();
+    assert_eq!(accumulate.matches("array.shares %out_0, %v_1").count(), 1, "{accumulate}");
+    // `main` holds `y[i]` and `z[i + 5]` in values (loaded in front of a copy, stored
+    // behind it), but not `x[i]`, which its loop reads at `x[j]` as well.
+    let main = out.stdout.split("fn @main").nth(1).unwrap();
+    for element in ["%y_5[%i_", "%z_"] {
+        assert!(main.matches(&format!("store.trusted {element}")).count() >= 1, "{element}:\n{main}");
+    }
+    assert!(!main.contains("store.trusted %x_"), "{main}");
 }
 
 #[test]

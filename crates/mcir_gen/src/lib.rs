@@ -184,7 +184,7 @@ impl Gen<'_, '_> {
     fn statement(&mut self, scope: &mut Scope, indent: usize) {
         let nested = scope.depth < 2;
         let e = |g: &mut Self, s: &Scope| g.real(s, 2);
-        match self.src.below(55) {
+        match self.src.below(57) {
             0 | 1 => {
                 let v = self.name("t");
                 let value = e(self, scope);
@@ -785,6 +785,46 @@ impl Gen<'_, '_> {
                     2 => self.line(indent, &format!("x[{k}] += 0.25 * vel[({k} + 1) % {VEL_ROWS}, {c}];")),
                     _ => self.line(indent, &format!("acc += 0.1 * sin(vel[{k} % {VEL_ROWS}, {c}] + {value});")),
                 }
+            }
+            55 | 56 => {
+                // An element an inner loop adds into, fixed for that loop: native code
+                // holds it in a value across the loop (`mcir_ir::promote`). In `m`, while
+                // the loop reads `vel`, of `m`'s type (the two are tested apart in front
+                // of the loop); in a fresh array; or in `x` while the loop reads `x` at
+                // other indices (which keeps the element in memory).
+                let (i, j) = (self.name("i"), self.name("j"));
+                let cells =
+                    Scope { reals: vec![format!("x[{j}]")], small_ints: Vec::new(), in_loop: true, depth: 2 };
+                let term = self.real(&cells, 2);
+                match self.src.below(3) {
+                    0 => {
+                        let c = self.src.below(M_COLS);
+                        self.line(indent, &format!("for {i} in 0..{M_ROWS} {{"));
+                        self.line(indent + 1, &format!("for {j} in 0..len(x) {{"));
+                        self.line(
+                            indent + 2,
+                            &format!("m[{i}, {c}] += 0.1 * tanh({term}) * vel[{i} % {VEL_ROWS}, 0];"),
+                        );
+                    }
+                    1 => {
+                        let (w, pick) = (self.name("w"), self.src.below(X_LEN));
+                        self.line(indent, &format!("let {w} = zeros(len(x));"));
+                        self.line(indent, &format!("for {i} in 0..len(x) {{"));
+                        self.line(indent + 1, &format!("for {j} in 0..len(x) {{"));
+                        self.line(indent + 2, &format!("{w}[{i}] += x[{i}] * tanh({term});"));
+                        self.line(indent + 1, "}");
+                        self.line(indent, "}");
+                        self.line(indent, &format!("acc += 0.1 * tanh({w}[{pick}]);"));
+                        return;
+                    }
+                    _ => {
+                        self.line(indent, &format!("for {i} in 0..len(x) {{"));
+                        self.line(indent + 1, &format!("for {j} in 0..len(x) {{"));
+                        self.line(indent + 2, &format!("x[{i}] += 0.05 * tanh({term});"));
+                    }
+                }
+                self.line(indent + 1, "}");
+                self.line(indent, "}");
             }
             41 => {
                 // A helper with a branch and a loop, called once.

@@ -23,6 +23,7 @@ pub mod memory;
 pub mod op;
 pub mod parse;
 pub mod print;
+pub mod promote;
 pub mod reclaim;
 pub mod scalarise;
 pub mod simplify;

@@ -32,7 +32,7 @@ use crate::entity::EntityRef;
 use crate::function::*;
 use crate::op::{CmpOp, Op};
 use crate::types::{TypeId, TypeTable};
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 /// The fewest checks against constants one iteration must make for a loop to be copied.
 pub const MIN_CHECKS_SKIPPED: usize = 3;
@@ -45,11 +45,7 @@ const MAX_VERSIONED_LOOPS: usize = 8;
 
 /// A loop to copy, and the tests that choose the copy.
 struct Plan {
-    header: Block,
-    body: HashSet<Block>,
-    /// The block in front of the loop, and the exit.
-    pre: Block,
-    exit: Block,
+    shape: LoopShape,
     /// For each array and dimension, the largest constant an access checks against it.
     tests: BTreeMap<(Value, usize), i64>,
     /// The arrays and dimensions an access indexes by the loop's counter, and the bound
@@ -84,35 +80,10 @@ fn plans(f: &Function, cfg: &ControlFlow) -> Vec<Plan> {
         if out.len() >= MAX_VERSIONED_LOOPS {
             break;
         }
-        if cfg.latches(h).next().is_none() || h == f.entry() {
-            continue;
-        }
-        let body = cfg.loop_blocks(h);
-        let inside = |b: Block| body.contains(&b);
+        let Some(shape) = innermost_loop(f, cfg, &depth, h) else { continue };
+        let LoopShape { body, pre, exit, .. } = shape;
         let mut blocks: Vec<Block> = body.iter().copied().collect();
         blocks.sort();
-        // Innermost: every block of the loop is as deep as its header.
-        if blocks.iter().any(|b| depth[b.index()] != depth[h.index()]) {
-            continue;
-        }
-        // One way in, by one edge.
-        let outside: Vec<Block> = cfg.preds[h.index()].iter().copied().filter(|&p| !inside(p)).collect();
-        let [pre] = outside.as_slice() else { continue };
-        if f.blocks[*pre].term.successors().filter(|s| s.block == h).count() != 1 {
-            continue;
-        }
-        // One way out, into a block only the loop enters.
-        let mut exits: Vec<Block> = blocks
-            .iter()
-            .flat_map(|&b| f.blocks[b].term.successors().map(|s| s.block))
-            .filter(|&s| !inside(s))
-            .collect();
-        exits.sort();
-        exits.dedup();
-        let [exit] = exits.as_slice() else { continue };
-        if cfg.preds[exit.index()].iter().any(|&p| !inside(p)) || *exit == f.entry() {
-            continue;
-        }
         let size: usize = blocks.iter().map(|&b| f.blocks[b].insts.len()).sum();
         if size > MAX_VERSIONED_INSTS {
             continue;
@@ -186,9 +157,51 @@ fn plans(f: &Function, cfg: &ControlFlow) -> Vec<Plan> {
         if skipped < MIN_CHECKS_SKIPPED {
             continue;
         }
-        out.push(Plan { header: h, pre: *pre, exit: *exit, tests, counter_tests, body });
+        out.push(Plan { shape: LoopShape { header: h, body, pre, exit }, tests, counter_tests });
     }
     out
+}
+
+/// An innermost loop with one way in and one way out, as versioning and
+/// [`crate::promote`] take them.
+pub(crate) struct LoopShape {
+    pub header: Block,
+    pub body: HashSet<Block>,
+    /// The block in front of the loop, its one edge into the header the only way in.
+    pub pre: Block,
+    /// The one block the loop leaves for, which nothing outside the loop enters.
+    pub exit: Block,
+}
+
+/// The loop headed by `h` when it is innermost (every block of it as deep as `h`),
+/// entered by one edge from one block outside it, and left for one block that only it
+/// enters.
+pub(crate) fn innermost_loop(f: &Function, cfg: &ControlFlow, depth: &[u32], h: Block) -> Option<LoopShape> {
+    if cfg.latches(h).next().is_none() || h == f.entry() {
+        return None;
+    }
+    let body = cfg.loop_blocks(h);
+    let inside = |b: Block| body.contains(&b);
+    if body.iter().any(|b| depth[b.index()] != depth[h.index()]) {
+        return None;
+    }
+    let outside: Vec<Block> = cfg.preds[h.index()].iter().copied().filter(|&p| !inside(p)).collect();
+    let [pre] = outside.as_slice() else { return None };
+    if f.blocks[*pre].term.successors().filter(|s| s.block == h).count() != 1 {
+        return None;
+    }
+    let mut exits: Vec<Block> = body
+        .iter()
+        .flat_map(|&b| f.blocks[b].term.successors().map(|s| s.block))
+        .filter(|&s| !inside(s))
+        .collect();
+    exits.sort();
+    exits.dedup();
+    let [exit] = exits.as_slice() else { return None };
+    if cfg.preds[exit.index()].iter().any(|&p| !inside(p)) || *exit == f.entry() {
+        return None;
+    }
+    Some(LoopShape { header: h, pre: *pre, exit: *exit, body })
 }
 
 /// Whether dimension `dim` of array `a` is made shorter than `bound` (`zeros(n - 1, ..)`
@@ -204,12 +217,37 @@ fn short_of(f: &Function, a: Value, dim: usize, bound: Value) -> bool {
 
 /// Copies the loop of `plan` and puts the tests in front of both copies.
 fn version(g: &mut Function, plan: &Plan) {
-    let inside = |b: Block| plan.body.contains(&b);
-    let mut blocks: Vec<Block> = plan.body.iter().copied().collect();
+    let copy = copy_loop(g, &plan.shape);
+    // A constant column `k` is tested `k < extent`; a counter below `bound`,
+    // `bound <= extent`.
+    let mut tests: Vec<Test> = Vec::new();
+    for (&(array, dim), &k) in &plan.tests {
+        tests.push(Box::new(move |g: &mut Function, t: Block, span: Span| {
+            let extent = g.push_inst(t, Op::ArrayDim(dim as u8), vec![array], Some(TypeTable::I64), span)?;
+            let k = g.push_inst(t, Op::IConst(k), vec![], Some(TypeTable::I64), span)?;
+            g.push_inst(t, Op::ICmp(CmpOp::Lt), vec![k, extent], Some(TypeTable::BOOL), span)
+        }));
+    }
+    for &(array, dim, bound) in &plan.counter_tests {
+        tests.push(Box::new(move |g: &mut Function, t: Block, span: Span| {
+            let extent = g.push_inst(t, Op::ArrayDim(dim as u8), vec![array], Some(TypeTable::I64), span)?;
+            g.push_inst(t, Op::ICmp(CmpOp::Le), vec![bound, extent], Some(TypeTable::BOOL), span)
+        }));
+    }
+    route_through_tests(g, &plan.shape, copy[&plan.shape.header], tests);
+}
+
+/// Copies the loop of `shape` (blocks, parameters and instructions, its own values
+/// renamed), left for the same exit. What the loop leaves with becomes a parameter of
+/// the exit, passed by either copy: the blocks outside both copies, which the exit
+/// dominates, read that parameter. Nothing enters the copy yet. Yields the copy's
+/// blocks, by the original's.
+pub(crate) fn copy_loop(g: &mut Function, shape: &LoopShape) -> HashMap<Block, Block> {
+    let inside = |b: Block| shape.body.contains(&b);
+    let mut blocks: Vec<Block> = shape.body.iter().copied().collect();
     blocks.sort();
-    // The copy: blocks, parameters and instructions, with the loop's own values renamed.
-    let mut block_map: std::collections::HashMap<Block, Block> = Default::default();
-    let mut value_map: std::collections::HashMap<Value, Value> = Default::default();
+    let mut block_map: HashMap<Block, Block> = Default::default();
+    let mut value_map: HashMap<Value, Value> = Default::default();
     for &b in &blocks {
         let nb = g.add_block();
         block_map.insert(b, nb);
@@ -244,9 +282,7 @@ fn version(g: &mut Function, plan: &Plan) {
         let span = g.blocks[b].term_span;
         g.set_terminator(nb, term, span);
     }
-    // What the loop leaves with becomes a parameter of the exit, passed by either copy:
-    // the blocks outside both copies, which the exit dominates, read that parameter.
-    let copies: std::collections::HashSet<Block> = block_map.values().copied().collect();
+    let copies: HashSet<Block> = block_map.values().copied().collect();
     let outside: Vec<Block> =
         g.blocks.iter().map(|(b, _)| b).filter(|&b| !inside(b) && !copies.contains(&b)).collect();
     let mut live_out: Vec<Value> = Vec::new();
@@ -259,17 +295,17 @@ fn version(g: &mut Function, plan: &Plan) {
             }
         }
     }
-    let mut exit_params: std::collections::HashMap<Value, Value> = Default::default();
+    let mut exit_params: HashMap<Value, Value> = Default::default();
     for &v in &live_out {
         let (ty, name) = (g.values[v].ty, g.values[v].name.clone());
-        let p = g.add_block_param(plan.exit, ty, name);
+        let p = g.add_block_param(shape.exit, ty, name);
         exit_params.insert(v, p);
     }
     for &b in &blocks {
         for (from, copy) in [(b, false), (block_map[&b], true)] {
             let mut term = g.blocks[from].term.clone();
             for s in term.successors_mut() {
-                if s.block == plan.exit {
+                if s.block == shape.exit {
                     s.args.extend(live_out.iter().map(|&v| if copy { map_value(v) } else { v }));
                 }
             }
@@ -289,12 +325,22 @@ fn version(g: &mut Function, plan: &Plan) {
             g.blocks[b].term = term;
         }
     }
-    // The tests, one block each, between the block in front and the two headers: the
-    // first that fails goes to the loop as written, through one block of its own so
-    // that the loop keeps one way in.
+    block_map
+}
+
+/// One test in front of a loop's copy: it puts its instructions at the end of the given
+/// block and yields the `bool` that must be true for the copy to run (`None` when an
+/// instruction it needs has no result, and the test fails).
+pub(crate) type Test = Box<dyn Fn(&mut Function, Block, Span) -> Option<Value>>;
+
+/// Puts `tests` between the block in front of the loop of `shape` and `fast`, a block
+/// taking the header's parameters: when every test passes, `fast` runs; the first that
+/// fails goes to the loop as written, through one block of its own so that the loop
+/// keeps one way in.
+pub(crate) fn route_through_tests(g: &mut Function, shape: &LoopShape, fast: Block, tests: Vec<Test>) {
     let header_params: Vec<(TypeId, Option<String>)> =
-        g.blocks[plan.header].params.iter().map(|&p| (g.values[p].ty, g.values[p].name.clone())).collect();
-    let span = g.blocks[plan.header].term_span;
+        g.blocks[shape.header].params.iter().map(|&p| (g.values[p].ty, g.values[p].name.clone())).collect();
+    let span = g.blocks[shape.header].term_span;
     let new_block = |g: &mut Function| {
         let b = g.add_block();
         let params: Vec<Value> =
@@ -302,40 +348,16 @@ fn version(g: &mut Function, plan: &Plan) {
         (b, params)
     };
     let (written, written_params) = new_block(g);
-    g.set_terminator(written, Terminator::Jump(BlockCall { block: plan.header, args: written_params }), span);
-    let copy_header = block_map[&plan.header];
-    // A constant column `k` is tested `k < extent`; a counter below `bound`,
-    // `bound <= extent`.
-    enum Test {
-        Constant(i64),
-        Counter(Value),
-    }
-    let mut tests: Vec<(Value, usize, Test)> = plan
-        .tests
-        .iter()
-        .map(|(&(a, dim), &k)| (a, dim, Test::Constant(k)))
-        .chain(plan.counter_tests.iter().map(|&(a, dim, bound)| (a, dim, Test::Counter(bound))))
-        .collect();
-    tests.reverse();
+    g.set_terminator(
+        written,
+        Terminator::Jump(BlockCall { block: shape.header, args: written_params }),
+        span,
+    );
     // Built from the last test back, each test block passing on to the one after it.
-    let mut next = copy_header;
-    for (array, dim, test) in tests {
+    let mut next = fast;
+    for test in tests.into_iter().rev() {
         let (t, params) = new_block(g);
-        let extent = g.push_inst(t, Op::ArrayDim(dim as u8), vec![array], Some(TypeTable::I64), span);
-        let (cmp, bound) = match test {
-            Test::Constant(k) => {
-                (CmpOp::Lt, g.push_inst(t, Op::IConst(k), vec![], Some(TypeTable::I64), span))
-            }
-            Test::Counter(bound) => (CmpOp::Le, Some(bound)),
-        };
-        let ok = match (bound, extent) {
-            (Some(bound), Some(extent)) => {
-                g.push_inst(t, Op::ICmp(cmp), vec![bound, extent], Some(TypeTable::BOOL), span)
-            }
-            _ => None,
-        };
-        // (Each instruction above has a result; were one missing, the test would fail.)
-        let term = match ok {
+        let term = match test(g, t, span) {
             Some(cond) => Terminator::Branch {
                 cond,
                 then_dest: BlockCall { block: next, args: params.clone() },
@@ -346,13 +368,13 @@ fn version(g: &mut Function, plan: &Plan) {
         g.set_terminator(t, term, span);
         next = t;
     }
-    let mut term = g.blocks[plan.pre].term.clone();
+    let mut term = g.blocks[shape.pre].term.clone();
     for s in term.successors_mut() {
-        if s.block == plan.header {
+        if s.block == shape.header {
             s.block = next;
         }
     }
-    g.blocks[plan.pre].term = term;
+    g.blocks[shape.pre].term = term;
 }
 
 #[cfg(test)]

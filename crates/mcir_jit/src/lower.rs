@@ -641,7 +641,10 @@ impl<'a> Lowering<'a> {
         let reclaimed = reclaimed.as_ref().unwrap_or(&*compiled);
         // Loops checking constant columns get a copy that skips those checks.
         let versioned = mcir_ir::version::version_loops(reclaimed);
-        let f = versioned.as_ref().unwrap_or(reclaimed);
+        let versioned = versioned.as_ref().unwrap_or(reclaimed);
+        // Elements an inner loop reads and writes at one place are held in values.
+        let promoted = mcir_ir::promote::promote_elements(versioned);
+        let f = promoted.as_ref().unwrap_or(versioned);
         let returns_fields = self.in_registers.get(func.index()).copied().unwrap_or(false);
         clif.signature = signature(self.jit, &self.module.types, f, returns_fields);
         clif.name = UserFuncName::user(0, func.index() as u32);
