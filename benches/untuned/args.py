@@ -1,0 +1,38 @@
+"""Writes the arguments of the programs of this directory, deterministically, as the
+JSON files `mcc bench --args @FILE` reads (NAME.json):
+
+    python3 benches/untuned/args.py OUT_DIR
+
+These programs were written after a change to check it on code of the same class that
+it was not tuned on; `docs/performance.md` gives their figures.
+"""
+import json
+import os
+import random
+import sys
+
+
+def args():
+    rng = random.Random(5)
+    u = rng.uniform
+    out = {}
+    out["matvec_rows"] = [[[u(-1, 1) for _ in range(300)] for _ in range(300)], [u(-1, 1) for _ in range(300)]]
+    n, m, steps = 64, 16, 50
+    out["rnn_loops"] = [
+        [[u(-0.2, 0.2) for _ in range(n)] for _ in range(n)],
+        [[u(-0.3, 0.3) for _ in range(m)] for _ in range(n)],
+        [[u(-1, 1) for _ in range(m)] for _ in range(steps)],
+        [u(-0.5, 0.5) for _ in range(n)],
+    ]
+    out["correlate"] = [[u(-1, 1) for _ in range(20000)], [u(-0.5, 0.5) for _ in range(9)], [u(-0.5, 0.5) for _ in range(5)]]
+    # All roots negative: positive coefficients, and Horner's rule well conditioned.
+    out["poly_tree"] = [[u(-1.2, -0.1) for _ in range(512)], 0.45]
+    return out
+
+
+if __name__ == "__main__":
+    where = sys.argv[1] if len(sys.argv) > 1 else "."
+    os.makedirs(where, exist_ok=True)
+    for name, a in args().items():
+        with open(os.path.join(where, name + ".json"), "w") as f:
+            json.dump(a, f)
