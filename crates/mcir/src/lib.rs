@@ -287,9 +287,9 @@ impl Program {
     /// The IR as native code compiles it: after optimisation, with loops around a
     /// reduction run several iterations side by side (`mcc ir --native`,
     /// `mcir_ir::jam`), loops giving back their iterations' memory
-    /// (`mcir_ir::reclaim`), loops checking constant columns copied to skip those
-    /// checks (`mcir_ir::version`), and elements inner loops read and write at one
-    /// place held in values (`mcir_ir::promote`).
+    /// (`mcir_ir::reclaim`), elements inner loops read and write at one place held in
+    /// values (`mcir_ir::promote`), and loops checking constant columns copied to skip
+    /// those checks (`mcir_ir::version`).
     pub fn native_ir_text(&self, func: Option<FuncId>) -> String {
         match func {
             Some(f) => native_text(&self.module, f),
@@ -399,11 +399,14 @@ pub fn native_text_with(module: &Module, id: FuncId, escapes: &mcir_ir::reclaim:
 /// side by side (`mcir_ir::jam`), loops giving back their iterations' memory
 /// (`mcir_ir::reclaim`), and loops checking constant columns copied to skip those checks
 /// (`mcir_ir::version`), and elements inner loops read and write at one place held in
-/// values (`mcir_ir::promote`), as `mcir_jit` lowers it.
+/// values (`mcir_ir::promote`, before versioning), as `mcir_jit` lowers it.
 fn native_function(module: &Module, id: FuncId, escapes: &mcir_ir::reclaim::Escapes) -> mcir_ir::Function {
     let compiled = mcir_ir::jam::as_compiled(module, &module.funcs[id]);
     let reclaimed = mcir_ir::reclaim::for_engines(&compiled, escapes);
     let reclaimed = reclaimed.as_ref().unwrap_or(&*compiled);
-    let versioned = mcir_ir::version::version_loops(reclaimed).unwrap_or_else(|| reclaimed.clone());
-    mcir_ir::promote::promote_elements(&versioned).unwrap_or(versioned)
+    // As the passes leave it: `mcir_jit` compiles a function as it was before a copying
+    // pass whose result fails the verifier, which printing the result shows (the
+    // generated programs' tests re-parse and verify it).
+    let promoted = mcir_ir::promote::promote_elements(reclaimed).unwrap_or_else(|| reclaimed.clone());
+    mcir_ir::version::version_loops(&promoted).unwrap_or(promoted)
 }

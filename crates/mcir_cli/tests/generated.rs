@@ -3,7 +3,8 @@
 //! (`--specialise`); then every derivative mode (`support::modes`: `grad`, a VJP with
 //! random cotangents, `jvp`, `hvp`, `jacobian`, `hessian`, each specialised too and
 //! with an argument constant) agrees across engines and, by the checker, with finite
-//! differences. `MCIR_GEN_PROGRAMS=N` sets how many (120 by default;
+//! differences; and the functions as native code compiles them verify.
+//! `MCIR_GEN_PROGRAMS=N` sets how many (120 by default;
 //! `docs/reliability.md` has the longer run), `MCIR_GEN_FIRST=K` the first seed.
 
 // Test code: a failure should stop the test where it happens.
@@ -45,6 +46,15 @@ fn differences(seed: u64, dir: &std::path::Path) -> Option<String> {
         if let Some(m) = json_mismatch(&a, &b, 1e-12, "") {
             return report("native code and the interpreter disagree", m);
         }
+    }
+    // Every function as native code compiles it (its loops copied to skip checks or to
+    // hold elements in values) re-parses and verifies.
+    let native_ir = mcc(&["ir", file, "--native", "--stage", "all"]);
+    let ir_path = dir.join(format!("gen_{seed}.ir"));
+    std::fs::write(&ir_path, &native_ir.stdout).unwrap();
+    let reread = mcc(&["ir", ir_path.to_str().unwrap()]);
+    if native_ir.code != 0 || reread.code != 0 {
+        return report("the native IR does not verify", format!("{}{}", native_ir.stderr, reread.stderr));
     }
     // Compiled for the shapes of its arguments, the same result.
     let special = mcc(&["run", file, "--args", &g.args, "--specialise"]);

@@ -790,13 +790,29 @@ impl Gen<'_, '_> {
                 // An element an inner loop adds into, fixed for that loop: native code
                 // holds it in a value across the loop (`mcir_ir::promote`). In `m`, while
                 // the loop reads `vel`, of `m`'s type (the two are tested apart in front
-                // of the loop); in a fresh array; or in `x` while the loop reads `x` at
-                // other indices (which keeps the element in memory).
+                // of the loop); in a fresh array; in `x` while the loop reads `x` at
+                // other indices (which keeps the element in memory); or in a fresh array at
+                // the index a loop before it counted to (whose copy hands the count on).
                 let (i, j) = (self.name("i"), self.name("j"));
                 let cells =
                     Scope { reals: vec![format!("x[{j}]")], small_ints: Vec::new(), in_loop: true, depth: 2 };
                 let term = self.real(&cells, 2);
-                match self.src.below(3) {
+                match self.src.below(4) {
+                    3 => {
+                        let (count, h) = (self.name("n"), self.name("h"));
+                        let c0 = self.src.below(M_COLS);
+                        self.line(indent, &format!("let mut {count} = 0;"));
+                        self.line(indent, &format!("for {j} in 0..len(x) {{"));
+                        self.line(indent + 1, &format!("m[0, {c0}] += 0.1 * tanh({term});"));
+                        self.line(indent + 1, &format!("{count} += 1;"));
+                        self.line(indent, "}");
+                        self.line(indent, &format!("let {h} = zeros(len(x) + 1);"));
+                        self.line(indent, &format!("for {i} in 0..len(x) {{"));
+                        self.line(indent + 1, &format!("{h}[{count}] += 0.05 * tanh(x[{i}]);"));
+                        self.line(indent, "}");
+                        self.line(indent, &format!("acc += {h}[len(x)] * 0.5;"));
+                        return;
+                    }
                     0 => {
                         let c = self.src.below(M_COLS);
                         self.line(indent, &format!("for {i} in 0..{M_ROWS} {{"));

@@ -35,7 +35,11 @@
 //! ([`crate::version`]), at most [`MAX_PROMOTED_INSTS`] instructions long, and of one
 //! block or two (a header that tests and a body that jumps back): each iteration then
 //! runs the header's instructions and the body's in that order, so the element's value
-//! at each access is known without building joins. Native code runs the result; the
+//! at each access is known without building joins. An element's array and indices are
+//! values from before the loop, constants (made anywhere), or parameters of the header
+//! that every iteration passes on unchanged (an outer counter, as reverse passes carry
+//! it). Native code runs the result, before versioning (`crate::version`), so that the
+//! copy that holds elements is the one that gets a copy without checks; the
 //! interpreter runs the loop as written.
 
 use crate::cfg::ControlFlow;
@@ -54,11 +58,19 @@ const MAX_PROMOTED_LOOPS: usize = 8;
 /// The most tests in front of one loop.
 const MAX_TESTS: usize = 16;
 
+/// An index of an element held in a value: a constant (wherever the loop makes it; the
+/// copy makes its own), or a value computed before the loop.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Index {
+    Const(i64),
+    Value(Value),
+}
+
 /// An element held in a value: its array, its indices, and the element's type.
 #[derive(Clone, PartialEq)]
 struct Element {
     array: Value,
-    index: Vec<Value>,
+    index: Vec<Index>,
     ty: TypeId,
 }
 
@@ -75,7 +87,7 @@ struct Plan {
 /// An access to an array element in the loop.
 struct Access {
     array: Value,
-    index: Vec<Value>,
+    index: Vec<Index>,
     /// The element's type: the load's result, or the value stored.
     ty: TypeId,
     store: bool,
@@ -91,8 +103,14 @@ pub fn promote_elements(f: &Function) -> Option<Function> {
     if plans.is_empty() {
         return None;
     }
-    for plan in &plans {
-        promote(&mut g, plan);
+    let mut plans = plans;
+    for k in 0..plans.len() {
+        let after = promote(&mut g, &plans[k]);
+        // What a copied loop leaves with is read from its exit's parameters now, by the
+        // elements and tests of later loops too.
+        for later in &mut plans[k + 1..] {
+            later.read_after(&after);
+        }
     }
     let order = ControlFlow::compute(&g).rpo;
     Some(g.into_rebuilt(&order))
@@ -200,7 +218,9 @@ fn access(f: &Function, d: &InstData) -> Option<Access> {
         _ => return None,
     };
     let ty = if store { f.value_type(*d.args.last()?) } else { f.value_type(d.result?) };
-    Some(Access { array: d.args[0], index: d.args[1..1 + rank].to_vec(), ty, store })
+    let index =
+        d.args[1..1 + rank].iter().map(|&v| f.const_int(v).map_or(Index::Value(v), Index::Const)).collect();
+    Some(Access { array: d.args[0], index, ty, store })
 }
 
 /// Whether arrays `a` and `b` (two values) can never be one: one is made by an
@@ -238,7 +258,8 @@ fn plans(f: &Function, cfg: &ControlFlow) -> Vec<Plan> {
         // The elements fixed for the loop that it writes.
         let mut elements: Vec<Element> = Vec::new();
         for a in &accesses {
-            let fixed = !made_inside.contains(&a.array) && a.index.iter().all(|v| !made_inside.contains(v));
+            let before = |i: &Index| !matches!(i, Index::Value(v) if made_inside.contains(v));
+            let fixed = !made_inside.contains(&a.array) && a.index.iter().all(before);
             let element = Element { array: a.array, index: a.index.clone(), ty: a.ty };
             if fixed && a.store && !elements.contains(&element) {
                 elements.push(element);
@@ -257,8 +278,11 @@ fn plans(f: &Function, cfg: &ControlFlow) -> Vec<Plan> {
                     if a.index == e.index {
                         continue;
                     }
-                    let constants =
-                        |ix: &[Value]| ix.iter().map(|&v| f.const_int(v)).collect::<Option<Vec<_>>>();
+                    let constants = |ix: &[Index]| {
+                        ix.iter()
+                            .map(|i| if let Index::Const(k) = i { Some(*k) } else { None })
+                            .collect::<Option<Vec<_>>>()
+                    };
                     match (constants(&a.index), constants(&e.index)) {
                         (Some(x), Some(y)) if x != y => continue,
                         _ => continue 'elements,
@@ -316,11 +340,45 @@ fn iteration_order(f: &Function, shape: &LoopShape) -> Option<Vec<Block>> {
     }
 }
 
+impl Plan {
+    /// This plan with the values an earlier loop's copy made exit parameters of (see
+    /// [`copy_loop`]) replaced by those parameters.
+    fn read_after(&mut self, after: &HashMap<Value, Value>) {
+        let new = |v: Value| after.get(&v).copied().unwrap_or(v);
+        for e in &mut self.elements {
+            e.array = new(e.array);
+            for i in &mut e.index {
+                if let Index::Value(v) = i {
+                    *v = new(*v);
+                }
+            }
+        }
+        self.apart.iter_mut().for_each(|(a, b)| (*a, *b) = (new(*a), new(*b)));
+    }
+}
+
+/// The value of index `i` in block `b`: a constant made there, or the value itself.
+fn index_value(g: &mut Function, b: Block, i: Index, span: Span) -> Option<Value> {
+    match i {
+        Index::Const(k) => g.push_inst(b, Op::IConst(k), vec![], Some(TypeTable::I64), span),
+        Index::Value(v) => Some(v),
+    }
+}
+
+/// The operands of an access to element `e` from block `b`: its array and indices.
+fn element_operands(g: &mut Function, b: Block, e: &Element, span: Span) -> Option<Vec<Value>> {
+    let mut operands = vec![e.array];
+    for &i in &e.index {
+        operands.push(index_value(g, b, i, span)?);
+    }
+    Some(operands)
+}
+
 /// Copies the loop of `plan`, holds its elements in values in the copy, and puts the
-/// tests in front of both.
-fn promote(g: &mut Function, plan: &Plan) {
+/// tests in front of both; yields what [`copy_loop`] made exit parameters of.
+fn promote(g: &mut Function, plan: &Plan) -> HashMap<Value, Value> {
     let span = g.blocks[plan.shape.header].term_span;
-    let copy = copy_loop(g, &plan.shape);
+    let (copy, after) = copy_loop(g, &plan.shape);
     let header = copy[&plan.shape.header];
     // The copy's way in: the header's arguments, and each element loaded.
     let entry = g.add_block();
@@ -331,9 +389,10 @@ fn promote(g: &mut Function, plan: &Plan) {
     }
     let mut current: Vec<Value> = Vec::new();
     for e in &plan.elements {
-        let mut operands = vec![e.array];
-        operands.extend(&e.index);
-        let Some(loaded) = g.push_inst(entry, Op::TrustedLoad, operands, Some(e.ty), span) else { return };
+        let Some(operands) = element_operands(g, entry, e, span) else { return after };
+        let Some(loaded) = g.push_inst(entry, Op::TrustedLoad, operands, Some(e.ty), span) else {
+            return after;
+        };
         args.push(loaded);
         current.push(g.add_block_param(header, e.ty, None));
     }
@@ -381,8 +440,7 @@ fn promote(g: &mut Function, plan: &Plan) {
     // back edge passes the values at the end of the iteration.
     let leave = g.add_block();
     for (e, &value) in plan.elements.iter().zip(&leaving) {
-        let mut operands = vec![e.array];
-        operands.extend(&e.index);
+        let Some(mut operands) = element_operands(g, leave, e, span) else { return after };
         operands.push(value);
         g.push_inst(leave, Op::TrustedStore, operands, None, span);
     }
@@ -413,13 +471,15 @@ fn promote(g: &mut Function, plan: &Plan) {
     for e in &plan.elements {
         for (dim, &i) in e.index.iter().enumerate() {
             let array = e.array;
-            if g.const_int(i).is_none_or(|k| k < 0) {
+            if !matches!(i, Index::Const(k) if k >= 0) {
                 tests.push(Box::new(move |g: &mut Function, t: Block, span: Span| {
+                    let i = index_value(g, t, i, span)?;
                     let zero = g.push_inst(t, Op::IConst(0), vec![], Some(TypeTable::I64), span)?;
                     g.push_inst(t, Op::ICmp(CmpOp::Ge), vec![i, zero], Some(TypeTable::BOOL), span)
                 }));
             }
             tests.push(Box::new(move |g: &mut Function, t: Block, span: Span| {
+                let i = index_value(g, t, i, span)?;
                 let extent =
                     g.push_inst(t, Op::ArrayDim(dim as u8), vec![array], Some(TypeTable::I64), span)?;
                 g.push_inst(t, Op::ICmp(CmpOp::Lt), vec![i, extent], Some(TypeTable::BOOL), span)
@@ -433,6 +493,7 @@ fn promote(g: &mut Function, plan: &Plan) {
         }));
     }
     route_through_tests(g, &plan.shape, entry, tests);
+    after
 }
 
 #[cfg(test)]
@@ -517,6 +578,57 @@ bb6:
         let text = promoted(&text).expect("promoted");
         // (Printing numbers values afresh: `y` is `%y_2` now.)
         assert_eq!(text.matches("array.shares %y_2, %x_1").count(), 1, "{text}");
+    }
+
+    /// Two loops in a row: the first counts in `m`, the second adds into `y[m]`.
+    const COUNT_THEN_ADD: &str = "fn @main(%x_0: f64[], %k_1: i64) -> f64[] {
+bb0:
+    %2: i64 = iconst 4
+    %3: f64 = fconst 0.0
+    %y_4: f64[] = array.fill %3, %2
+    %m_5: i64 = iconst 0
+    %6: i64 = array.dim 0 %x_0
+    jump bb1(%m_5, %m_5)
+bb1(%j_7: i64, %m_8: i64):
+    %9: bool = icmp lt %j_7, %6
+    br %9, bb6, bb2
+bb2:
+    %10: i64 = iconst 0
+    jump bb3(%10)
+bb3(%j_11: i64):
+    %12: bool = icmp lt %j_11, %6
+    br %12, bb5, bb4
+bb4:
+    ret %y_4
+bb5:
+    %13: f64 = load.trusted %x_0[%j_11]
+    %14: f64 = load %y_4[%m_8]
+    %15: f64 = fadd %14, %13
+    store %y_4[%m_8], %15
+    %16: i64 = iconst 1
+    %17: i64 = iadd %j_11, %16
+    jump bb3(%17)
+bb6:
+    %18: f64 = load.trusted %x_0[%j_7]
+    %19: f64 = load %y_4[%k_1]
+    %20: f64 = fadd %19, %18
+    store %y_4[%k_1], %20
+    %21: i64 = iconst 1
+    %m_22: i64 = iadd %m_8, %21
+    %23: i64 = iadd %j_7, %21
+    jump bb1(%23, %m_22)
+}
+";
+
+    #[test]
+    fn a_later_loop_reads_what_an_earlier_copied_loop_leaves_with() {
+        // Copying the first loop makes the `m` it leaves with a parameter of its exit;
+        // the second loop's element, load, store and tests read that parameter.
+        let text = promoted(COUNT_THEN_ADD).expect("promoted");
+        assert_eq!(text.matches("load.trusted %y_").count(), 2, "{text}");
+        assert_eq!(text.matches("store.trusted %y_").count(), 2, "{text}");
+        // Both loops as written keep their own load and store.
+        assert_eq!(text.matches("load %y_").count(), 2, "{text}");
     }
 
     #[test]

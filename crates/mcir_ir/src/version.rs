@@ -62,8 +62,14 @@ pub fn version_loops(f: &Function) -> Option<Function> {
         return None;
     }
     let mut g = f.clone();
-    for plan in &plans {
-        version(&mut g, plan);
+    let mut plans = plans;
+    for k in 0..plans.len() {
+        let after = version(&mut g, &plans[k]);
+        // What a copied loop leaves with is read from its exit's parameters now, by the
+        // tests of later loops too.
+        for later in &mut plans[k + 1..] {
+            later.read_after(&after);
+        }
     }
     let order = ControlFlow::compute(&g).rpo;
     Some(g.into_rebuilt(&order))
@@ -215,9 +221,24 @@ fn short_of(f: &Function, a: Value, dim: usize, bound: Value) -> bool {
         && f.const_int(extent.args[1]).is_some_and(|k| k >= 1)
 }
 
-/// Copies the loop of `plan` and puts the tests in front of both copies.
-fn version(g: &mut Function, plan: &Plan) {
-    let copy = copy_loop(g, &plan.shape);
+impl Plan {
+    /// This plan with the values an earlier loop's copy made exit parameters of (see
+    /// [`copy_loop`]) replaced by those parameters.
+    fn read_after(&mut self, after: &HashMap<Value, Value>) {
+        let new = |v: Value| after.get(&v).copied().unwrap_or(v);
+        self.tests =
+            std::mem::take(&mut self.tests).into_iter().map(|((a, d), k)| ((new(a), d), k)).collect();
+        self.counter_tests = std::mem::take(&mut self.counter_tests)
+            .into_iter()
+            .map(|(a, d, b)| (new(a), d, new(b)))
+            .collect();
+    }
+}
+
+/// Copies the loop of `plan` and puts the tests in front of both copies; yields what
+/// [`copy_loop`] made exit parameters of.
+fn version(g: &mut Function, plan: &Plan) -> HashMap<Value, Value> {
+    let (copy, after) = copy_loop(g, &plan.shape);
     // A constant column `k` is tested `k < extent`; a counter below `bound`,
     // `bound <= extent`.
     let mut tests: Vec<Test> = Vec::new();
@@ -235,14 +256,19 @@ fn version(g: &mut Function, plan: &Plan) {
         }));
     }
     route_through_tests(g, &plan.shape, copy[&plan.shape.header], tests);
+    after
 }
 
 /// Copies the loop of `shape` (blocks, parameters and instructions, its own values
 /// renamed), left for the same exit. What the loop leaves with becomes a parameter of
 /// the exit, passed by either copy: the blocks outside both copies, which the exit
 /// dominates, read that parameter. Nothing enters the copy yet. Yields the copy's
-/// blocks, by the original's.
-pub(crate) fn copy_loop(g: &mut Function, shape: &LoopShape) -> HashMap<Block, Block> {
+/// blocks, by the original's, and the exit's new parameters, by the values they stand
+/// for after the loop (which a plan for a later loop must read instead).
+pub(crate) fn copy_loop(
+    g: &mut Function,
+    shape: &LoopShape,
+) -> (HashMap<Block, Block>, HashMap<Value, Value>) {
     let inside = |b: Block| shape.body.contains(&b);
     let mut blocks: Vec<Block> = shape.body.iter().copied().collect();
     blocks.sort();
@@ -325,7 +351,7 @@ pub(crate) fn copy_loop(g: &mut Function, shape: &LoopShape) -> HashMap<Block, B
             g.blocks[b].term = term;
         }
     }
-    block_map
+    (block_map, exit_params)
 }
 
 /// One test in front of a loop's copy: it puts its instructions at the end of the given
@@ -439,6 +465,64 @@ bb3:
                 d.op == crate::Op::Load && proofs.in_bounds.get(i).is_some_and(|p| p.get(dim) == Some(&true))
             })
             .count()
+    }
+
+    /// Two loops in a row, each reading constant columns: the first leaves `w` as `b`,
+    /// the second reads `w`.
+    const SWITCH_THEN_READ: &str = "fn @main(%a_0: f64[,], %b_1: f64[,], %idx_2: i64[]) -> f64 {
+bb0:
+    %s_3: f64 = fconst 0.0
+    %4: i64 = iconst 0
+    %5: i64 = array.dim 0 %idx_2
+    jump bb1(%4, %a_0, %s_3)
+bb1(%k_6: i64, %w_7: f64[,], %s_8: f64):
+    %9: bool = icmp lt %k_6, %5
+    br %9, bb6, bb2
+bb2:
+    %10: i64 = iconst 0
+    jump bb3(%10, %s_8)
+bb3(%k_11: i64, %s_12: f64):
+    %13: bool = icmp lt %k_11, %5
+    br %13, bb5, bb4
+bb4:
+    ret %s_12
+bb5:
+    %r_14: i64 = load.trusted %idx_2[%k_11]
+    %15: i64 = iconst 1
+    %16: f64 = load %w_7[%r_14, %15]
+    %17: i64 = iconst 2
+    %18: f64 = load %w_7[%r_14, %17]
+    %19: i64 = iconst 3
+    %20: f64 = load %w_7[%r_14, %19]
+    %21: f64 = fmul %18, %20
+    %22: f64 = fadd %16, %21
+    %s_23: f64 = fadd %s_12, %22
+    %24: i64 = iadd %k_11, %15
+    jump bb3(%24, %s_23)
+bb6:
+    %25: i64 = load.trusted %idx_2[%k_6]
+    %26: i64 = iconst 0
+    %27: f64 = load %a_0[%25, %26]
+    %28: i64 = iconst 1
+    %29: f64 = load %a_0[%25, %28]
+    %30: f64 = fmul %27, %29
+    %31: i64 = iconst 2
+    %32: f64 = load %a_0[%25, %31]
+    %33: f64 = fadd %30, %32
+    %s_34: f64 = fadd %s_8, %33
+    %35: i64 = iadd %k_6, %28
+    jump bb1(%35, %b_1, %s_34)
+}
+";
+
+    #[test]
+    fn a_later_loop_is_tested_on_what_an_earlier_copied_loop_leaves_with() {
+        // Both loops are copied. The first one's copy makes the `w` it leaves with a
+        // parameter of its exit, and the test in front of the second reads that
+        // parameter (`versioned` verifies the result: the value the loop was entered
+        // with does not reach there).
+        let (_, text) = versioned(SWITCH_THEN_READ).expect("versioned");
+        assert_eq!(text.matches("array.dim 1").count(), 2, "{text}");
     }
 
     #[test]
