@@ -395,18 +395,8 @@ pub fn native_text_with(module: &Module, id: FuncId, escapes: &mcir_ir::reclaim:
     mcir_ir::print_function(module, &native_function(module, id, escapes))
 }
 
-/// Function `id` of `module` as native code compiles it: loops around a reduction run
-/// side by side (`mcir_ir::jam`), loops giving back their iterations' memory
-/// (`mcir_ir::reclaim`), and loops checking constant columns copied to skip those checks
-/// (`mcir_ir::version`), and elements inner loops read and write at one place held in
-/// values (`mcir_ir::promote`, before versioning), as `mcir_jit` lowers it.
+/// Function `id` of `module` as native code compiles it (`mcir_ir::native_form`), the
+/// copying passes' results as they left them.
 fn native_function(module: &Module, id: FuncId, escapes: &mcir_ir::reclaim::Escapes) -> mcir_ir::Function {
-    let compiled = mcir_ir::jam::as_compiled(module, &module.funcs[id]);
-    let reclaimed = mcir_ir::reclaim::for_engines(&compiled, escapes);
-    let reclaimed = reclaimed.as_ref().unwrap_or(&*compiled);
-    // As the passes leave it: `mcir_jit` compiles a function as it was before a copying
-    // pass whose result fails the verifier, which printing the result shows (the
-    // generated programs' tests re-parse and verify it).
-    let promoted = mcir_ir::promote::promote_elements(reclaimed).unwrap_or_else(|| reclaimed.clone());
-    mcir_ir::version::version_loops(&promoted).unwrap_or(promoted)
+    mcir_ir::native_form(module, &module.funcs[id], escapes, true).into_owned()
 }

@@ -113,6 +113,13 @@ pub fn may_write_elements(op: &Op) -> bool {
     matches!(access(op), Access::Store | Access::Writes)
 }
 
+/// Whether `op` touches array elements only as a load or a store does, or not at all (no
+/// kernel reading or writing whole arrays, no call, no arena given back): a pass that
+/// looks at a loop's loads and stores one by one sees every element it touches.
+pub fn touches_elements_only_by_loads_and_stores(op: &Op) -> bool {
+    matches!(access(op), Access::None | Access::Load | Access::Store)
+}
+
 /// An element: the array and its indices.
 type Element = Vec<Value>;
 

@@ -46,7 +46,7 @@ use crate::cfg::ControlFlow;
 use crate::function::*;
 use crate::op::{CmpOp, Op};
 use crate::types::{TypeId, TypeTable};
-use crate::version::{copy_loop, innermost_loop, route_through_tests, LoopShape, Test};
+use crate::version::{copy_in_turn, copy_loop, innermost_loop, route_through_tests, LoopShape, Test};
 use std::collections::{HashMap, HashSet};
 
 /// The longest loop (in instructions) whose elements are held in values.
@@ -103,17 +103,7 @@ pub fn promote_elements(f: &Function) -> Option<Function> {
     if plans.is_empty() {
         return None;
     }
-    let mut plans = plans;
-    for k in 0..plans.len() {
-        let after = promote(&mut g, &plans[k]);
-        // What a copied loop leaves with is read from its exit's parameters now, by the
-        // elements and tests of later loops too.
-        for later in &mut plans[k + 1..] {
-            later.read_after(&after);
-        }
-    }
-    let order = ControlFlow::compute(&g).rpo;
-    Some(g.into_rebuilt(&order))
+    Some(copy_in_turn(g, plans, promote, Plan::read_after))
 }
 
 /// A parameter of an innermost loop's header that every back edge passes on unchanged
@@ -137,77 +127,6 @@ fn read_fixed_parameters_at_entry(f: &mut Function, cfg: &ControlFlow) {
         }
     }
     f.substitute(&subst);
-}
-
-/// Whether `op` leaves every array element alone, or is a load or store (which the
-/// plan looks at one by one).
-fn leaves_elements(op: &Op) -> bool {
-    match op {
-        Op::Load | Op::Store | Op::TrustedLoad | Op::TrustedStore => true,
-        // Scalars, fields, cells, stacks and extents: no array's elements.
-        Op::FConst(_)
-        | Op::IConst(_)
-        | Op::BConst(_)
-        | Op::FBinary(_)
-        | Op::FUnary(_)
-        | Op::FPowI
-        | Op::IBinary(_)
-        | Op::IUnary(_)
-        | Op::FCmp(_)
-        | Op::ICmp(_)
-        | Op::BCmp(_)
-        | Op::Not
-        | Op::IToF
-        | Op::FToI
-        | Op::ArrayDim(_)
-        | Op::ExpectDim(_)
-        | Op::SharesMemory
-        | Op::RefNew
-        | Op::RefLoad
-        | Op::RefStore
-        | Op::TupleNew
-        | Op::TupleGet(_)
-        | Op::StructNew(_)
-        | Op::StructGet(..)
-        | Op::MutLoad(..)
-        | Op::MutStore(..)
-        | Op::Select
-        | Op::Linearized
-        | Op::StackNew
-        | Op::Unset
-        | Op::StackPush
-        | Op::StackPop
-        | Op::StackPeek
-        | Op::StackReserve
-        | Op::StackPut => true,
-        // Fresh arrays: nothing else can hold them, and they read no other array.
-        Op::ArrayFill | Op::ArrayLit(_) | Op::ZerosLike => true,
-        // Whatever reads or writes elements by itself, or may (a call), or gives memory
-        // back.
-        Op::ArrayCopy
-        | Op::CopyInto
-        | Op::Sum
-        | Op::Dot
-        | Op::MapFBinary(_)
-        | Op::MapIBinary(_)
-        | Op::MapFUnary(_)
-        | Op::MapFPowI
-        | Op::MatMul(_)
-        | Op::MatVec(_)
-        | Op::Transpose
-        | Op::MatMulAcc(_)
-        | Op::MatVecAcc(_)
-        | Op::OuterAcc
-        | Op::AddInto
-        | Op::Axpy
-        | Op::MoveAdd
-        | Op::ArenaMark
-        | Op::ArenaRelease
-        | Op::TapeMark
-        | Op::TapeRelease
-        | Op::Call(_)
-        | Op::Print => false,
-    }
 }
 
 /// The access `d` makes, if it is a load or a store.
@@ -246,7 +165,7 @@ fn plans(f: &Function, cfg: &ControlFlow) -> Vec<Plan> {
             continue;
         }
         let insts: Vec<Inst> = order.iter().flat_map(|&b| f.blocks[b].insts.iter().copied()).collect();
-        if insts.iter().any(|&i| !leaves_elements(&f.insts[i].op)) {
+        if insts.iter().any(|&i| !crate::memory::touches_elements_only_by_loads_and_stores(&f.insts[i].op)) {
             continue;
         }
         let made_inside: HashSet<Value> = order
@@ -341,10 +260,9 @@ fn iteration_order(f: &Function, shape: &LoopShape) -> Option<Vec<Block>> {
 }
 
 impl Plan {
-    /// This plan with the values an earlier loop's copy made exit parameters of (see
-    /// [`copy_loop`]) replaced by those parameters.
-    fn read_after(&mut self, after: &HashMap<Value, Value>) {
-        let new = |v: Value| after.get(&v).copied().unwrap_or(v);
+    /// This plan reading `new(v)` for each value `v` (the exit parameters an earlier
+    /// loop's copy made, see [`copy_in_turn`]).
+    fn read_after(&mut self, new: &dyn Fn(Value) -> Value) {
         for e in &mut self.elements {
             e.array = new(e.array);
             for i in &mut e.index {

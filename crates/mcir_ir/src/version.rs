@@ -61,18 +61,28 @@ pub fn version_loops(f: &Function) -> Option<Function> {
     if plans.is_empty() {
         return None;
     }
-    let mut g = f.clone();
-    let mut plans = plans;
+    Some(copy_in_turn(f.clone(), plans, version, Plan::read_after))
+}
+
+/// `g` with each of `plans` applied in turn by `copy` (which copies a loop with
+/// [`copy_loop`] and yields what that made exit parameters of), and rebuilt in order.
+/// What a copied loop leaves with is read from its exit's parameters afterwards, so
+/// `read_after` maps each later plan's values onto them.
+pub(crate) fn copy_in_turn<P>(
+    mut g: Function,
+    mut plans: Vec<P>,
+    copy: impl Fn(&mut Function, &P) -> HashMap<Value, Value>,
+    read_after: impl Fn(&mut P, &dyn Fn(Value) -> Value),
+) -> Function {
     for k in 0..plans.len() {
-        let after = version(&mut g, &plans[k]);
-        // What a copied loop leaves with is read from its exit's parameters now, by the
-        // tests of later loops too.
+        let after = copy(&mut g, &plans[k]);
+        let new = |v: Value| after.get(&v).copied().unwrap_or(v);
         for later in &mut plans[k + 1..] {
-            later.read_after(&after);
+            read_after(later, &new);
         }
     }
     let order = ControlFlow::compute(&g).rpo;
-    Some(g.into_rebuilt(&order))
+    g.into_rebuilt(&order)
 }
 
 fn plans(f: &Function, cfg: &ControlFlow) -> Vec<Plan> {
@@ -222,10 +232,9 @@ fn short_of(f: &Function, a: Value, dim: usize, bound: Value) -> bool {
 }
 
 impl Plan {
-    /// This plan with the values an earlier loop's copy made exit parameters of (see
-    /// [`copy_loop`]) replaced by those parameters.
-    fn read_after(&mut self, after: &HashMap<Value, Value>) {
-        let new = |v: Value| after.get(&v).copied().unwrap_or(v);
+    /// This plan reading `new(v)` for each value `v` (the exit parameters an earlier
+    /// loop's copy made, see [`copy_in_turn`]).
+    fn read_after(&mut self, new: &dyn Fn(Value) -> Value) {
         self.tests =
             std::mem::take(&mut self.tests).into_iter().map(|((a, d), k)| ((new(a), d), k)).collect();
         self.counter_tests = std::mem::take(&mut self.counter_tests)

@@ -634,21 +634,11 @@ impl<'a> Lowering<'a> {
         clif: &mut cranelift_codegen::ir::Function,
         fctx: &mut FunctionBuilderContext,
     ) -> Result<(), String> {
-        // Loops around reductions run several iterations side by side (`mcir_ir::jam`).
-        let compiled = mcir_ir::jam::as_compiled(self.module, &self.module.funcs[func]);
-        // Loops give back their iterations' memory, as on the interpreter.
-        let reclaimed = mcir_ir::reclaim::for_engines(&compiled, self.escapes);
-        let reclaimed = reclaimed.as_ref().unwrap_or(&*compiled);
-        // Each copying pass's result must pass the verifier, or the function is compiled
-        // as it was before that pass.
-        let verified = |g: &mcir_ir::Function| mcir_ir::verify::verify_function(self.module, g).is_ok();
-        // Elements an inner loop reads and writes at one place are held in values (first,
-        // so that versioning copies the loop that holds them, not the one that does not).
-        let promoted = mcir_ir::promote::promote_elements(reclaimed).filter(verified);
-        let promoted = promoted.as_ref().unwrap_or(reclaimed);
-        // Loops checking constant columns get a copy that skips those checks.
-        let versioned = mcir_ir::version::version_loops(promoted).filter(verified);
-        let f = versioned.as_ref().unwrap_or(promoted);
+        // Loops around reductions run side by side, loops give back their iterations'
+        // memory as on the interpreter, elements inner loops add into are held in
+        // values, and loops checking constant columns get a copy without those checks.
+        let native = mcir_ir::native_form(self.module, &self.module.funcs[func], self.escapes, false);
+        let f = &*native;
         let returns_fields = self.in_registers.get(func.index()).copied().unwrap_or(false);
         clif.signature = signature(self.jit, &self.module.types, f, returns_fields);
         clif.name = UserFuncName::user(0, func.index() as u32);
