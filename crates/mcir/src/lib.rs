@@ -99,10 +99,26 @@ impl Program {
             stack::on_compiler_thread(stack::bytes_for(&limits), move || compile_module(&src.text, &limits));
         match result {
             Some(Ok((written, generic))) => {
-                let module = mcir_ir::inline::inline_small_functions(&written);
-                let module = mcir_ir::inline::inline_base_cases(module);
+                // Short counted loops written out first: their counters become constants,
+                // so that the small arrays they index can become values.
+                let expanded = mcir_ir::expand::expand_short_loops(&written);
+                if let Err(e) = mcir_ir::verify_module(&expanded) {
+                    return Err(fail(format!(
+                        "internal compiler error: writing out loops broke the IR: {e}"
+                    )));
+                }
+                let module = mcir_ir::inline::inline_small_functions(&expanded);
+                let mut module = mcir_ir::inline::inline_base_cases(module);
                 if let Err(e) = mcir_ir::verify_module(&module) {
                     return Err(fail(format!("internal compiler error: inlining broke the IR: {e}")));
+                }
+                // A helper's array it returns, once inlined, is a parameter of the block
+                // after its body: merged into one block first, it is the array made there,
+                // which may become values.
+                let ids: Vec<mcir_ir::FuncId> = module.funcs.keys().collect();
+                for id in ids {
+                    let f = std::mem::replace(&mut module.funcs[id], mcir_ir::Function::new("", &[], None));
+                    module.funcs[id] = f.into_simplified_cfg();
                 }
                 let mut module = mcir_ir::scalarise::scalarise_small_arrays(module);
                 // An inlined body ends in a jump to the rest of its caller's block: merged

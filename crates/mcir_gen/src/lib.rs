@@ -184,7 +184,7 @@ impl Gen<'_, '_> {
     fn statement(&mut self, scope: &mut Scope, indent: usize) {
         let nested = scope.depth < 2;
         let e = |g: &mut Self, s: &Scope| g.real(s, 2);
-        match self.src.below(57) {
+        match self.src.below(59) {
             0 | 1 => {
                 let v = self.name("t");
                 let value = e(self, scope);
@@ -842,6 +842,32 @@ impl Gen<'_, '_> {
                 self.line(indent + 1, "}");
                 self.line(indent, "}");
             }
+            57 | 58 => {
+                // Short loops counted to constants, written out (`mcir_ir::expand`): a
+                // fresh 2 × 2 or 3 × 3 matrix filled by nested loops that pick the
+                // diagonal with `if r == c`, its top-left block inverted by a helper that
+                // returns a fresh array, and the result summed by loops over constants.
+                let (a, r, c, inv) = (self.name("a"), self.name("r"), self.name("c"), self.name("inv"));
+                let n = 2 + self.src.below(2);
+                let value = e(self, scope);
+                self.line(indent, &format!("let {a} = zeros({n}, {n});"));
+                self.line(indent, &format!("for {r} in 0..{n} {{"));
+                self.line(indent + 1, &format!("for {c} in 0..{n} {{"));
+                self.line(indent + 2, &format!("if {r} == {c} {{"));
+                self.line(indent + 3, &format!("{a}[{r}, {c}] = 2.0 + tanh({value} + f64({r}));"));
+                self.line(indent + 2, "} else {");
+                self.line(indent + 3, &format!("{a}[{r}, {c}] = 0.1 * tanh(x[({r} + {c}) % {X_LEN}]);"));
+                self.line(indent + 2, "}");
+                self.line(indent + 1, "}");
+                self.line(indent, "}");
+                self.line(indent, &format!("let {inv} = inverse2({a});"));
+                let (r2, c2) = (self.name("r"), self.name("c"));
+                self.line(indent, &format!("for {r2} in 1..{n} {{"));
+                self.line(indent + 1, &format!("for {c2} in 0..2 {{"));
+                self.line(indent + 2, &format!("acc += 0.1 * {inv}[{r2} - 1, {c2}] * {a}[{r2}, {c2}];"));
+                self.line(indent + 1, "}");
+                self.line(indent, "}");
+            }
             41 => {
                 // A helper with a branch and a loop, called once.
                 let value = e(self, scope);
@@ -940,6 +966,17 @@ fn smooth(v: f64[], k: i64) -> f64 {
 
 // A branch on the data, and a loop that runs until it converges: a helper small enough
 // to be inlined where it is called.
+// The inverse of the top-left 2 × 2 block of `a`, in a fresh array.
+fn inverse2(a: f64[,]) -> f64[,] {
+    let r = zeros(2, 2);
+    let d = 1.0 / (a[0, 0] * a[1, 1] - a[0, 1] * a[1, 0]);
+    r[0, 0] = a[1, 1] * d;
+    r[0, 1] = -a[0, 1] * d;
+    r[1, 0] = -a[1, 0] * d;
+    r[1, 1] = a[0, 0] * d;
+    return r;
+}
+
 fn shaped(z: f64) -> f64 {
     if z > 0.3137 {
         return sin(z) * z;

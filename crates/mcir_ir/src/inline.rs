@@ -11,7 +11,9 @@
 //! - any function without calls (so it cannot recurse) of at most
 //!   [`MAX_INSTS_WITH_CONTROL`] instructions in at most [`MAX_BLOCKS`] blocks: branches,
 //!   loops, loads and stores included, but no array made and no loop over an array's
-//!   extent, whose work makes a call's cost small (see `may_inline_with_control`). The calling block is split at the call: it jumps
+//!   extent, whose work makes a call's cost small (see `may_inline_with_control`); one
+//!   block that makes an array, called from one place, may have up to
+//!   [`MAX_STRAIGHT_INSTS_ONE_CALL`] instructions. The calling block is split at the call: it jumps
 //!   to a copy of the callee's entry, and each `ret v` jumps to the block holding the
 //!   rest, which takes `v` as its parameter. A helper with an `if` called per element
 //!   then costs what the same code written in the loop costs, in the primal and in every
@@ -43,6 +45,12 @@ pub const MAX_INSTS_ONE_CALL: usize = 40;
 /// The most instructions a function with branches, loops or fallible operations may
 /// have to be inlined (counted over all its blocks).
 pub const MAX_INSTS_WITH_CONTROL: usize = 64;
+
+/// The most instructions a function of one block that makes an array, called from one
+/// place, may have to be inlined there: its code moves rather than being copied, and its
+/// fresh array, once in its caller, may become values (`crate::scalarise`) instead of an
+/// allocation per call (a `3 × 3` inverse by cofactors returning a fresh array).
+pub const MAX_STRAIGHT_INSTS_ONE_CALL: usize = 192;
 
 /// The most blocks a function may have to be inlined.
 pub const MAX_BLOCKS: usize = 12;
@@ -98,8 +106,15 @@ fn may_inline(module: &Module, id: FuncId, f: &Function, limit: usize) -> bool {
 /// values crowd the registers of its caller's loops (GradBench's `gmm` objective, with
 /// a row's log-sum-exp inlined, reloaded a pointer from the stack in its innermost loop:
 /// 12 % slower).
-fn may_inline_with_control(module: &Module, id: FuncId, f: &Function) -> bool {
+fn may_inline_with_control(module: &Module, id: FuncId, f: &Function, calls: usize) -> bool {
     let one_block = f.blocks.len() == 1;
+    let makes_arrays =
+        f.insts.values().any(|d| d.op.allocates() && !matches!(d.op, Op::RefNew | Op::StackNew));
+    let limit = if one_block && calls == 1 && makes_arrays {
+        MAX_STRAIGHT_INSTS_ONE_CALL
+    } else {
+        MAX_INSTS_WITH_CONTROL
+    };
     let measures_arrays = f.insts.values().any(|d| matches!(d.op, Op::ArrayDim(_)));
     let loops = !one_block && {
         let cfg = crate::cfg::ControlFlow::compute(f);
@@ -107,7 +122,7 @@ fn may_inline_with_control(module: &Module, id: FuncId, f: &Function) -> bool {
     };
     !(loops && measures_arrays)
         && f.blocks.len() <= MAX_BLOCKS
-        && f.insts.len() <= MAX_INSTS_WITH_CONTROL
+        && f.insts.len() <= limit
         && f.blocks.iter().all(|(_, b)| {
             b.insts.iter().all(|&i| {
                 let op = &f.insts[i].op;
@@ -145,7 +160,7 @@ fn inlinable(module: &Module) -> Vec<bool> {
         .iter()
         .map(|(id, f)| {
             let limit = if call_sites[id.index()] == 1 { MAX_INSTS_ONE_CALL } else { MAX_INSTS };
-            may_inline(module, id, f, limit) || may_inline_with_control(module, id, f)
+            may_inline(module, id, f, limit) || may_inline_with_control(module, id, f, call_sites[id.index()])
         })
         .collect()
 }

@@ -14,6 +14,7 @@ pub mod compact;
 pub mod cse;
 pub mod effects;
 pub mod entity;
+pub mod expand;
 pub mod function;
 pub mod hoist;
 pub mod inline;

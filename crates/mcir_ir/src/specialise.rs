@@ -32,6 +32,22 @@ pub const MAX_LOOP_GROWTH: usize = 512;
 /// four times over: the function, its forward and reverse passes and its tangent).
 pub const MAX_GROWTH: usize = 2000;
 
+/// How far complete unrolling may go: specialised code ([`SPECIALISED`]) goes further
+/// than generic code (`crate::expand`).
+#[derive(Clone, Copy, Debug)]
+pub struct UnrollLimits {
+    /// The most iterations a loop may run.
+    pub max_trip: i64,
+    /// The most instructions unrolling one loop nest may add.
+    pub max_loop_growth: usize,
+    /// The most instructions unrolling may add to one function.
+    pub max_growth: usize,
+}
+
+/// The limits for code compiled for its arguments' shapes.
+pub const SPECIALISED: UnrollLimits =
+    UnrollLimits { max_trip: MAX_TRIP, max_loop_growth: MAX_LOOP_GROWTH, max_growth: MAX_GROWTH };
+
 /// `module` with function `entry` compiled for arguments of the given shapes (`None`
 /// for an argument whose shape is not fixed, or that is not an array), then cleaned as
 /// a program is after inlining (`crate::hoist::fold_and_hoist`).
@@ -155,13 +171,18 @@ pub fn fix_extents(mut f: Function, types: &TypeTable, shapes: &[Option<Vec<usiz
 /// times, from a constant start to a constant bound, unrolled completely, outer loops
 /// first (the loops inside then get constant bounds of their own), while the function
 /// grows by at most [`MAX_GROWTH`] instructions.
-pub fn unroll_short_loops(mut f: Function) -> Function {
-    let mut budget = MAX_GROWTH;
+pub fn unroll_short_loops(f: Function) -> Function {
+    unroll_short_loops_within(f, &SPECIALISED)
+}
+
+/// [`unroll_short_loops`] within `limits`.
+pub fn unroll_short_loops_within(mut f: Function, limits: &UnrollLimits) -> Function {
+    let mut budget = limits.max_growth;
     // Each round unrolls one loop; a function has finitely many within the budget.
     for _ in 0..10_000 {
         fold_constants(&mut f);
         f = f.into_simplified_cfg();
-        let Some(plan) = find_short_loop(&f, budget) else { break };
+        let Some(plan) = find_short_loop(&f, budget, limits) else { break };
         budget -= plan.growth;
         unroll(&mut f, &plan);
     }
@@ -307,11 +328,16 @@ struct Plan {
     growth: usize,
 }
 
+/// Whether `f` has a loop [`unroll_short_loops_within`] would unroll as it stands.
+pub fn has_short_loop(f: &Function, limits: &UnrollLimits) -> bool {
+    find_short_loop(f, limits.max_growth, limits).is_some()
+}
+
 /// The first loop, in reverse post-order (outer loops first), that counts by one from a
-/// constant to a constant bound at most [`MAX_TRIP`] times above it, is left only by its
-/// header's test, has one back edge and is entered by one edge, and whose copies fit in
-/// `budget` instructions.
-fn find_short_loop(f: &Function, budget: usize) -> Option<Plan> {
+/// constant to a constant bound at most `limits.max_trip` times above it, is left only
+/// by its header's test, has one back edge and is entered by one edge, and whose copies
+/// fit in `budget` instructions.
+fn find_short_loop(f: &Function, budget: usize, limits: &UnrollLimits) -> Option<Plan> {
     let cfg = ControlFlow::compute(f);
     for &h in &cfg.rpo {
         let latches: Vec<Block> = cfg.latches(h).collect();
@@ -350,7 +376,7 @@ fn find_short_loop(f: &Function, budget: usize) -> Option<Plan> {
             continue;
         }
         let trips = bound.saturating_sub(start).max(0);
-        if trips > MAX_TRIP {
+        if trips > limits.max_trip {
             continue;
         }
         let region: Vec<Block> = cfg.rpo.iter().copied().filter(|b| body.contains(b)).collect();
@@ -365,7 +391,7 @@ fn find_short_loop(f: &Function, budget: usize) -> Option<Plan> {
         let size: usize = region.iter().map(|&b| f.blocks[b].insts.len() + 1).sum();
         let copies = (trips.max(1) as usize).checked_pow(depth + 1).unwrap_or(usize::MAX);
         let growth = size.saturating_mul(copies).saturating_add(f.blocks[h].insts.len());
-        if growth > budget.min(MAX_LOOP_GROWTH) {
+        if growth > budget.min(limits.max_loop_growth) {
             continue;
         }
         return Some(Plan { header: h, region, trips, growth });
