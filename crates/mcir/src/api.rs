@@ -58,7 +58,9 @@ pub enum ApiError {
     },
     /// The arguments or gradient buffers do not fit the parameters.
     Args(String),
-    /// The program failed while running.
+    /// The program failed while running. Its `Display` is the message alone;
+    /// [`Program::render_runtime_error`](crate::Program::render_runtime_error) renders it
+    /// as `mcc` does, with `file:line:col` and the source line.
     Runtime(RuntimeError),
     /// No derivative could be derived.
     Derive(String),
@@ -225,7 +227,7 @@ impl<'p> Function<'p> {
         for (i, (a, &t)) in args.iter().zip(&f.params).enumerate() {
             if !fits(&self.program.module.types, t, a) {
                 return Err(ApiError::Args(format!(
-                    "argument {i} of `{}` must be a {}",
+                    "argument {i} of `{}` must be of type {}",
                     f.name,
                     self.program.module.types.display(t)
                 )));

@@ -100,8 +100,20 @@ fn total(x: f64[], scale: f64) -> f64 {
 
 #[test]
 fn prepared_calls_allocate_nothing_once_warm() {
+    calls_allocate_nothing_once_warm(mcir::Limits::default());
+}
+
+/// With a time limit, the process's one watchdog keeps it: a call registers and leaves
+/// a slot of its table rather than starting a thread.
+#[test]
+fn prepared_calls_with_a_time_limit_allocate_nothing_once_warm() {
+    let limits = mcir::Limits { timeout: Some(std::time::Duration::from_secs(30)), ..Default::default() };
+    calls_allocate_nothing_once_warm(limits);
+}
+
+fn calls_allocate_nothing_once_warm(limits: mcir::Limits) {
     let program = mcir::Program::compile("p.mcir", PROGRAM).unwrap();
-    let mut p = program.function("total").unwrap().prepare().unwrap();
+    let mut p = program.function("total").unwrap().with_limits(limits).prepare().unwrap();
     p.compile_gradient().unwrap();
     let mut x: Vec<f64> = (0..64).map(|i| (i as f64 * 0.37).sin()).collect();
     let mut g = vec![0.0; x.len()];

@@ -1,10 +1,8 @@
-//! Threads the library starts for a call are gone after it: a call with a time limit
-//! runs a watchdog thread, which the call joins. The kernel may list a joined thread
-//! for a moment longer, and longer on a busy machine, so the count is read once things
-//! settle, for up to ten seconds; it may then be lower than before, when the first
-//! call's watchdog was still listed. (The exact ordering, the thread's exit before the
-//! call returns, is replayed under LeakSanitizer by the input kept in
-//! `fuzz/regressions/end_to_end/`.) Alone in its test binary, so that no other test
+//! Calls leave no thread behind: the time limits of all calls are kept by one watchdog
+//! thread for the process, which the first call with a limit starts (with the threads
+//! that compile), and later calls start none. The kernel may list an exited thread for
+//! a moment longer, and longer on a busy machine, so the count is read once things
+//! settle, for up to ten seconds. Alone in its test binary, so that no other test
 //! starts threads meanwhile.
 
 // Test code: a failure should stop the test where it happens.
@@ -21,7 +19,8 @@ fn calls_with_a_time_limit_leave_no_thread_behind() {
     let program = mcir::Program::compile("t.mcir", "fn f(x: f64) -> f64 { return x * x; }").unwrap();
     let f = program.entry(Some("f")).unwrap();
     let limits = mcir::Limits { timeout: Some(std::time::Duration::from_secs(10)), ..Default::default() };
-    // The first call starts the threads that live for the process (compiling).
+    // The first call starts the threads that live for the process (compiling, and the
+    // watchdog).
     program.call(f, &[mcir::Val::F64(1.0)], &limits).unwrap();
     let before = live_threads();
     for k in 0..200 {

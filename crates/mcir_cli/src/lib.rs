@@ -258,7 +258,8 @@ enum Command {
         #[arg(long, value_name = "OP", hide = true)]
         corrupt_rule: Option<String>,
     },
-    /// Time compiling, and the primal and gradient on native code (medians).
+    /// Time compiling, and the primal and gradient on native code (medians; `--interp`
+    /// does not apply: the interpreter is the reference, not a speed to measure).
     Bench {
         #[command(flatten)]
         common: Common,

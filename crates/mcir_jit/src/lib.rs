@@ -19,6 +19,7 @@ mod marshal;
 mod pool;
 mod runtime;
 mod unroll;
+mod watchdog;
 
 use cranelift_codegen::ir::{types, AbiParam, Function, InstBuilder, MemFlagsData};
 use cranelift_codegen::settings::{self, Configurable};
@@ -31,7 +32,7 @@ use mcir_ir::entity::EntityRef;
 use mcir_ir::{FuncId, Module, TypeTable};
 use pool::{Batch, Job, Tier};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 /// Type and source tables of a compiled module, shared with the runtime.
@@ -875,7 +876,7 @@ impl Jit {
                         }
                         _ => {
                             return Err(CallError::Args(format!(
-                                "argument {k} of `{}` must be a {}",
+                                "argument {k} of `{}` must be of type {}",
                                 f.name,
                                 types.display(t)
                             )))
@@ -965,36 +966,15 @@ fn raw_array(
 /// frames between this function and the generated code.
 const RUNTIME_STACK: usize = 256 << 10;
 
-/// Calls an entry trampoline; with a time limit, a watchdog thread sets the context's
-/// interrupt flag when it passes, and generated code stops at its next check.
+/// Calls an entry trampoline; with a time limit, the process's watchdog sets the
+/// context's interrupt flag when it passes, and generated code stops at its next check.
 fn invoke(call: EntryFn, ctx: &mut Ctx, words: &[u64], ret: &mut u64, timeout: Option<std::time::Duration>) {
     let Some(limit) = timeout else {
         call(ctx, words.as_ptr(), ret);
         return;
     };
-    let done = AtomicBool::new(false);
-    let interrupt = &ctx.interrupt as *const AtomicU64 as usize;
-    std::thread::scope(|s| {
-        let watchdog = s.spawn(|| {
-            let deadline = std::time::Instant::now() + limit;
-            while !done.load(Ordering::Acquire) {
-                let now = std::time::Instant::now();
-                if now >= deadline {
-                    // SAFETY: the context outlives this scope; the field is atomic.
-                    unsafe { (*(interrupt as *const AtomicU64)).store(1, Ordering::Release) };
-                    break;
-                }
-                std::thread::park_timeout(deadline - now);
-            }
-        });
-        call(ctx, words.as_ptr(), ret);
-        done.store(true, Ordering::Release);
-        watchdog.thread().unpark();
-        // Joined here rather than at the end of the scope: the scope only waits for the
-        // closure, and the thread's own exit (its thread-local destructors) would then
-        // outlive the call (a leak checker sees its memory as lost).
-        let _ = watchdog.join();
-    });
+    let interrupt = &ctx.interrupt as *const AtomicU64;
+    watchdog::with_time_limit(interrupt, limit, || call(ctx, words.as_ptr(), ret));
 }
 
 #[cfg(test)]
