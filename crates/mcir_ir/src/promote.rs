@@ -229,11 +229,44 @@ fn plans(f: &Function, cfg: &ControlFlow) -> Vec<Plan> {
             }
             kept.push(e);
         }
-        let bounds_tests: usize = kept.iter().map(|e| 2 * e.index.len()).sum();
+        let bounds_tests: usize = bounds_checks(&kept)
+            .iter()
+            .map(|(_, _, i)| if matches!(i, Index::Const(_)) { 1 } else { 2 })
+            .sum();
         if kept.is_empty() || bounds_tests + apart.len() > MAX_TESTS {
             continue;
         }
         out.push(Plan { shape, order, elements: kept, apart });
+    }
+    out
+}
+
+/// The indices of `elements` to test in bounds, by array and dimension: each index that
+/// is a value once, and of the constants only the largest (`dp[0]` to `dp[4]`, the
+/// adjoints of five parameters a reverse loop adds into, need one test, `4 < len`).
+fn bounds_checks(elements: &[Element]) -> Vec<(Value, usize, Index)> {
+    let mut out: Vec<(Value, usize, Index)> = Vec::new();
+    for e in elements {
+        for (dim, &i) in e.index.iter().enumerate() {
+            let same_place = |c: &(Value, usize, Index)| c.0 == e.array && c.1 == dim;
+            match i {
+                Index::Const(k) if k >= 0 => {
+                    match out.iter_mut().find(|c| same_place(c) && matches!(c.2, Index::Const(_))) {
+                        Some(c) => {
+                            if let Index::Const(m) = c.2 {
+                                c.2 = Index::Const(m.max(k));
+                            }
+                        }
+                        None => out.push((e.array, dim, i)),
+                    }
+                }
+                _ => {
+                    if !out.iter().any(|c| same_place(c) && c.2 == i) {
+                        out.push((e.array, dim, i));
+                    }
+                }
+            }
+        }
     }
     out
 }
@@ -386,23 +419,19 @@ fn promote(g: &mut Function, plan: &Plan) -> HashMap<Value, Value> {
     g.substitute(&subst);
     // The tests: each element's indices in bounds, and the arrays apart.
     let mut tests: Vec<Test> = Vec::new();
-    for e in &plan.elements {
-        for (dim, &i) in e.index.iter().enumerate() {
-            let array = e.array;
-            if !matches!(i, Index::Const(k) if k >= 0) {
-                tests.push(Box::new(move |g: &mut Function, t: Block, span: Span| {
-                    let i = index_value(g, t, i, span)?;
-                    let zero = g.push_inst(t, Op::IConst(0), vec![], Some(TypeTable::I64), span)?;
-                    g.push_inst(t, Op::ICmp(CmpOp::Ge), vec![i, zero], Some(TypeTable::BOOL), span)
-                }));
-            }
+    for (array, dim, i) in bounds_checks(&plan.elements) {
+        if !matches!(i, Index::Const(k) if k >= 0) {
             tests.push(Box::new(move |g: &mut Function, t: Block, span: Span| {
                 let i = index_value(g, t, i, span)?;
-                let extent =
-                    g.push_inst(t, Op::ArrayDim(dim as u8), vec![array], Some(TypeTable::I64), span)?;
-                g.push_inst(t, Op::ICmp(CmpOp::Lt), vec![i, extent], Some(TypeTable::BOOL), span)
+                let zero = g.push_inst(t, Op::IConst(0), vec![], Some(TypeTable::I64), span)?;
+                g.push_inst(t, Op::ICmp(CmpOp::Ge), vec![i, zero], Some(TypeTable::BOOL), span)
             }));
         }
+        tests.push(Box::new(move |g: &mut Function, t: Block, span: Span| {
+            let i = index_value(g, t, i, span)?;
+            let extent = g.push_inst(t, Op::ArrayDim(dim as u8), vec![array], Some(TypeTable::I64), span)?;
+            g.push_inst(t, Op::ICmp(CmpOp::Lt), vec![i, extent], Some(TypeTable::BOOL), span)
+        }));
     }
     for &(a, b) in &plan.apart {
         tests.push(Box::new(move |g: &mut Function, t: Block, span: Span| {
@@ -482,6 +511,45 @@ bb6:
         // It re-parses.
         let again = crate::parse_module(&text).expect("re-parses");
         crate::verify::verify_module(&again).expect("verifies");
+    }
+
+    #[test]
+    fn elements_at_constant_indices_of_one_array_are_tested_in_bounds_once() {
+        // `acc[0] += x[j]; acc[1] += x[j]; acc[2] += x[j]` into an argument: one test,
+        // `2 < len(acc)`, and one apart from `x`.
+        let text = "fn @main(%x_0: f64[], %acc_1: f64[]) -> f64[] {
+bb0:
+    %m_2: i64 = array.dim 0 %x_0
+    %3: i64 = iconst 0
+    jump bb1(%3)
+bb1(%j_4: i64):
+    %5: bool = icmp lt %j_4, %m_2
+    br %5, bb3, bb2
+bb2:
+    ret %acc_1
+bb3:
+    %6: f64 = load %x_0[%j_4]
+    %7: i64 = iconst 0
+    %8: f64 = load %acc_1[%7]
+    %9: f64 = fadd %8, %6
+    store %acc_1[%7], %9
+    %10: i64 = iconst 1
+    %11: f64 = load %acc_1[%10]
+    %12: f64 = fadd %11, %6
+    store %acc_1[%10], %12
+    %13: i64 = iconst 2
+    %14: f64 = load %acc_1[%13]
+    %15: f64 = fadd %14, %6
+    store %acc_1[%13], %15
+    %16: i64 = iconst 1
+    %17: i64 = iadd %j_4, %16
+    jump bb1(%17)
+}
+";
+        let text = promoted(text).expect("promoted");
+        assert_eq!(text.matches("array.dim 0 %acc_1").count(), 1, "{text}");
+        assert_eq!(text.matches("array.shares").count(), 1, "{text}");
+        assert_eq!(text.matches("load.trusted %acc_1").count(), 3, "{text}");
     }
 
     #[test]
