@@ -294,6 +294,22 @@ pub(crate) fn tangent_through(
     match (&d.op, d.args.as_slice()) {
         (Op::FBinary(op), [a, b]) => {
             let (ta, tb) = (get(a), get(b));
+            // A quotient with several inputs divides each input's numerator by one
+            // reciprocal rather than each by the divisor: a division costs what several
+            // products do.
+            let divided = (0..m).filter(|&k| ta[k] != Coef::Zero || tb[k] != Coef::Zero).count();
+            if *op == FBinOp::Div && divided > 1 {
+                let one = em.emit(Op::FConst(1.0), vec![]);
+                let reciprocal = em.emit(Op::FBinary(FBinOp::Div), vec![one, *b]);
+                return (0..m)
+                    .map(|k| {
+                        let rb = em.scale(tb[k], r);
+                        let n = em.neg(rb);
+                        let top = em.add(ta[k], n);
+                        em.scale(top, reciprocal)
+                    })
+                    .collect();
+            }
             (0..m).map(|k| em.binary(*op, *a, *b, r, ta[k], tb[k])).collect()
         }
         (Op::FUnary(op), [a]) => {
@@ -391,6 +407,11 @@ impl Emitter<'_> {
             FBinOp::Sub => {
                 let n = self.neg(tb);
                 self.add(ta, n)
+            }
+            // d(a · a) = da · a + da · a: one product, added to itself.
+            FBinOp::Mul if a == b => {
+                let x = self.scale(ta, a);
+                self.add(x, x)
             }
             FBinOp::Mul => {
                 let (x, y) = (self.scale(ta, b), self.scale(tb, a));
