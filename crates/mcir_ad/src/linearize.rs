@@ -131,7 +131,24 @@ pub(crate) fn supported(f: &Function, op: &Op, result: Option<Value>) -> bool {
     let is_f64 = result.is_some_and(|r| f.value_type(r) == TypeTable::F64);
     match op {
         Op::FBinary(FBinOp::Add | FBinOp::Sub | FBinOp::Mul | FBinOp::Div) => true,
-        Op::FUnary(FUnOp::Neg | FUnOp::Sin | FUnOp::Cos | FUnOp::Exp | FUnOp::Log | FUnOp::Sqrt) => true,
+        Op::FUnary(
+            FUnOp::Neg
+            | FUnOp::Sin
+            | FUnOp::Cos
+            | FUnOp::Tan
+            | FUnOp::Asin
+            | FUnOp::Acos
+            | FUnOp::Atan
+            | FUnOp::Sinh
+            | FUnOp::Cosh
+            | FUnOp::Tanh
+            | FUnOp::Exp
+            | FUnOp::Expm1
+            | FUnOp::Log
+            | FUnOp::Log1p
+            | FUnOp::Sqrt
+            | FUnOp::Abs,
+        ) => true,
         Op::FConst(_) | Op::IToF => true,
         // Integer and boolean arithmetic that cannot fail has no derivative.
         op => op.is_scalar_arith() && !is_f64,
@@ -440,19 +457,51 @@ impl Emitter<'_> {
         if ta == Coef::Zero {
             return Coef::Zero;
         }
+        // The derivatives of `mcir_ad::rules::unary_times`, as factors.
         let d = match (op, *factor) {
             (FUnOp::Neg, _) => return self.neg(ta),
             (FUnOp::Log, _) => return self.divide(ta, a),
+            (FUnOp::Floor | FUnOp::Ceil | FUnOp::Round | FUnOp::Sign, _) => return Coef::Zero,
             (_, Some(d)) => d,
             (FUnOp::Sin, None) => self.emit(Op::FUnary(FUnOp::Cos), vec![a]),
             (FUnOp::Cos, None) => {
                 let s = self.emit(Op::FUnary(FUnOp::Sin), vec![a]);
                 self.emit(Op::FUnary(FUnOp::Neg), vec![s])
             }
+            (FUnOp::Sinh, None) => self.emit(Op::FUnary(FUnOp::Cosh), vec![a]),
+            (FUnOp::Cosh, None) => self.emit(Op::FUnary(FUnOp::Sinh), vec![a]),
+            // tan' = 1 + tan², tanh' = 1 - tanh²
+            (FUnOp::Tan | FUnOp::Tanh, None) => {
+                let sq = self.emit(Op::FBinary(FBinOp::Mul), vec![r, r]);
+                let one = self.emit(Op::FConst(1.0), vec![]);
+                let op = if op == FUnOp::Tan { FBinOp::Add } else { FBinOp::Sub };
+                self.emit(Op::FBinary(op), vec![one, sq])
+            }
+            // asin' = 1 / sqrt(1 - a²), acos' its negative
+            (FUnOp::Asin | FUnOp::Acos, None) => {
+                let sq = self.emit(Op::FBinary(FBinOp::Mul), vec![a, a]);
+                let one = self.emit(Op::FConst(1.0), vec![]);
+                let d = self.emit(Op::FBinary(FBinOp::Sub), vec![one, sq]);
+                let root = self.emit(Op::FUnary(FUnOp::Sqrt), vec![d]);
+                let sign = self.emit(Op::FConst(if op == FUnOp::Acos { -1.0 } else { 1.0 }), vec![]);
+                self.emit(Op::FBinary(FBinOp::Div), vec![sign, root])
+            }
+            // atan' = 1 / (1 + a²), log1p' = 1 / (1 + a)
+            (FUnOp::Atan | FUnOp::Log1p, None) => {
+                let one = self.emit(Op::FConst(1.0), vec![]);
+                let t = if op == FUnOp::Atan { self.emit(Op::FBinary(FBinOp::Mul), vec![a, a]) } else { a };
+                let d = self.emit(Op::FBinary(FBinOp::Add), vec![one, t]);
+                self.emit(Op::FBinary(FBinOp::Div), vec![one, d])
+            }
             (FUnOp::Exp, None) => r,
+            // expm1' = expm1 + 1
+            (FUnOp::Expm1, None) => {
+                let one = self.emit(Op::FConst(1.0), vec![]);
+                self.emit(Op::FBinary(FBinOp::Add), vec![r, one])
+            }
             (FUnOp::Abs, None) => self.emit(Op::FUnary(FUnOp::Sign), vec![a]),
             // d sqrt(a) = da / (2 sqrt(a))
-            _ => {
+            (FUnOp::Sqrt, None) => {
                 let two = self.emit(Op::FConst(2.0), vec![]);
                 let twice = self.emit(Op::FBinary(FBinOp::Mul), vec![two, r]);
                 let one = self.emit(Op::FConst(1.0), vec![]);
