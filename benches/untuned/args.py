@@ -27,8 +27,6 @@ def args():
     out["correlate"] = [[u(-1, 1) for _ in range(20000)], [u(-0.5, 0.5) for _ in range(9)], [u(-0.5, 0.5) for _ in range(5)]]
     # All roots negative: positive coefficients, and Horner's rule well conditioned.
     out["poly_tree"] = [[u(-1.2, -0.1) for _ in range(512)], 0.45]
-    # 10 000 rows of a 3 x 3 matrix, shifted by 4 on the diagonal (well conditioned).
-    out["small_inverse"] = [[[u(-1, 1) for _ in range(9)] for _ in range(10000)], 4.0, [[u(-1, 1) for _ in range(3)] for _ in range(3)]]
     return out
 
 
