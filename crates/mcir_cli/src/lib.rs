@@ -546,7 +546,9 @@ fn limits(common: &Common) -> Result<mcir::Limits, Outcome> {
     let mut limits = mcir::Limits { stack_bytes: COMMAND_STACK - (64 << 20), ..Default::default() };
     if let Some(t) = common.timeout {
         if !(t.is_finite() && t > 0.0 && t < 1e9) {
-            return Err(Outcome::usage(format!("--timeout must be a positive number of seconds, not {t}")));
+            return Err(Outcome::usage(format!(
+                "--timeout must be a number of seconds above 0 and below 1e9 (about 31 years), not {t}"
+            )));
         }
         limits.timeout = Some(Duration::from_secs_f64(t));
     }

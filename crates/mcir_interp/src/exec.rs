@@ -20,7 +20,8 @@ pub struct Limits {
     /// structs and the tape of a derived rule. Native code keeps every allocation until
     /// the call returns, so the total is what the call holds at its end.
     pub max_memory_bytes: u64,
-    /// How long the run may take.
+    /// How long the run may take: `None`, or a duration too long to add to the present
+    /// time (`Duration::MAX`), for no limit; zero stops the call before it starts.
     pub timeout: Option<Duration>,
     /// How much machine stack native code may use; deeper recursion is reported as too
     /// deep. A call from a thread with less stack left than this (and a margin for the
@@ -239,7 +240,9 @@ impl<'m> Interpreter<'m> {
 
     /// Calls `func` with `args` (which must fit its signature) and returns its result.
     pub fn call(&mut self, func: FuncId, args: Vec<Val>) -> Result<Option<Val>, RuntimeError> {
-        let deadline = self.limits.timeout.map(|t| (Instant::now() + t, t));
+        // A limit too far away to be a time (`Duration::MAX`) is none; a zero limit stops
+        // the call before its first instruction, as in native code.
+        let deadline = self.limits.timeout.and_then(|t| Some((Instant::now().checked_add(t)?, t)));
         self.allocated = 0;
         self.tape_allocated = 0;
         let runnable = Rc::clone(&self.runnable);
@@ -253,7 +256,7 @@ impl<'m> Interpreter<'m> {
             let frame = frames.last_mut().ok_or_else(|| internal_error("no frame"))?;
             let f = function(frame.func);
             let bdata = &f.blocks[frame.block];
-            if steps.is_multiple_of(1024) {
+            if steps.is_multiple_of(1024) || steps == 1 {
                 if let Some((at, limit)) = deadline {
                     if Instant::now() >= at {
                         // The instruction about to run, or the next one whose source is

@@ -90,10 +90,20 @@ fn watch(w: &'static Watchdog) {
 /// valid until this returns (the context of the call, which `call` borrows mutably:
 /// hence an address rather than a reference).
 pub(crate) fn with_time_limit(flag: *const AtomicU64, limit: std::time::Duration, call: impl FnOnce()) {
-    let Some(w) = watchdog() else {
-        return with_own_thread(flag, limit, call);
+    // A limit too far away to be a time (`Duration::MAX`) is none.
+    let Some(deadline) = Instant::now().checked_add(limit) else {
+        return call();
     };
-    let deadline = Instant::now() + limit;
+    // A zero limit stops the call at its first check, always (rather than when the
+    // watchdog happens to wake).
+    if limit.is_zero() {
+        // SAFETY: the caller keeps the flag valid for this call.
+        unsafe { (*flag).store(1, Ordering::Release) };
+        return call();
+    }
+    let Some(w) = watchdog() else {
+        return with_own_thread(flag, deadline, call);
+    };
     let slot = {
         let mut table = lock(w);
         let watched = Some(Watched { flag: flag as usize, deadline, raised: false });
@@ -120,12 +130,11 @@ pub(crate) fn with_time_limit(flag: *const AtomicU64, limit: std::time::Duration
 }
 
 /// The time limit kept by a thread of the call's own (when the watchdog cannot start).
-fn with_own_thread(flag: *const AtomicU64, limit: std::time::Duration, call: impl FnOnce()) {
+fn with_own_thread(flag: *const AtomicU64, deadline: Instant, call: impl FnOnce()) {
     let done = std::sync::atomic::AtomicBool::new(false);
     let flag = flag as usize;
     std::thread::scope(|s| {
         let watchdog = s.spawn(|| {
-            let deadline = Instant::now() + limit;
             while !done.load(Ordering::Acquire) {
                 let now = Instant::now();
                 if now >= deadline {
@@ -162,6 +171,17 @@ mod tests {
                 std::thread::sleep(Duration::from_millis(1));
             }
         });
+        assert_eq!(flag.load(Ordering::Acquire), 1);
+    }
+
+    #[test]
+    fn a_limit_too_far_away_is_none_and_a_zero_limit_stops_at_once() {
+        let flag = AtomicU64::new(0);
+        let mut ran = false;
+        with_time_limit(&flag as *const AtomicU64, Duration::MAX, || ran = true);
+        assert!(ran);
+        assert_eq!(flag.load(Ordering::Acquire), 0);
+        with_time_limit(&flag as *const AtomicU64, Duration::ZERO, || {});
         assert_eq!(flag.load(Ordering::Acquire), 1);
     }
 
