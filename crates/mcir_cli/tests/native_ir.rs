@@ -28,6 +28,21 @@ fn native_ir_is_snapshotted_and_reparses() {
 }
 
 #[test]
+fn small_matrices_of_loops_counted_to_constants_become_values() {
+    // Two helpers return fresh 3 × 3 matrices, one filled by loops over `0..3`; each is
+    // inlined where it is called once, its loops written out, and its matrix, like the
+    // caller's, made values: `main` keeps only the array it returns.
+    let path = root().join("tests/programs/short_loops_written_out.mcir");
+    let out = mcc(&["ir", path.to_str().unwrap(), "--opt", "--fn", "main"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let main = out.stdout.split("fn @main").nth(1).unwrap();
+    assert!(!main.contains("call @"), "{main}");
+    assert_eq!(main.matches("array.fill").count(), 1, "{main}");
+    // The loops left are the one too long to write out and the one left by a `break`.
+    assert_eq!(main.matches("icmp lt").count(), 2, "{main}");
+}
+
+#[test]
 fn elements_added_into_by_inner_loops_are_held_in_values() {
     let path = root().join("tests/programs/elements_held_across_loops.mcir");
     let out = mcc(&["ir", path.to_str().unwrap(), "--native"]);

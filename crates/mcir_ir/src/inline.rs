@@ -46,8 +46,8 @@ pub const MAX_INSTS_ONE_CALL: usize = 40;
 /// have to be inlined (counted over all its blocks).
 pub const MAX_INSTS_WITH_CONTROL: usize = 64;
 
-/// The most instructions a function of one block that makes an array, called from one
-/// place, may have to be inlined there: its code moves rather than being copied, and its
+/// The most instructions (constants aside) a function of one block that makes an array,
+/// called from one place, may have to be inlined there: its code moves rather than being copied, and its
 /// fresh array, once in its caller, may become values (`crate::scalarise`) instead of an
 /// allocation per call (a `3 × 3` inverse by cofactors returning a fresh array).
 pub const MAX_STRAIGHT_INSTS_ONE_CALL: usize = 192;
@@ -110,11 +110,16 @@ fn may_inline_with_control(module: &Module, id: FuncId, f: &Function, calls: usi
     let one_block = f.blocks.len() == 1;
     let makes_arrays =
         f.insts.values().any(|d| d.op.allocates() && !matches!(d.op, Op::RefNew | Op::StackNew));
-    let limit = if one_block && calls == 1 && makes_arrays {
-        MAX_STRAIGHT_INSTS_ONE_CALL
+    // Written-out loops leave a constant per copy of each index: what is counted against
+    // the budget of a one-block helper called once is the work, not the constants.
+    let moved = one_block && calls == 1 && makes_arrays;
+    let size = if moved {
+        let placed = f.blocks.values().flat_map(|b| b.insts.iter().map(|&i| &f.insts[i].op));
+        placed.filter(|op| !matches!(op, Op::IConst(_) | Op::FConst(_) | Op::BConst(_))).count()
     } else {
-        MAX_INSTS_WITH_CONTROL
+        f.insts.len()
     };
+    let limit = if moved { MAX_STRAIGHT_INSTS_ONE_CALL } else { MAX_INSTS_WITH_CONTROL };
     let measures_arrays = f.insts.values().any(|d| matches!(d.op, Op::ArrayDim(_)));
     let loops = !one_block && {
         let cfg = crate::cfg::ControlFlow::compute(f);
@@ -122,7 +127,7 @@ fn may_inline_with_control(module: &Module, id: FuncId, f: &Function, calls: usi
     };
     !(loops && measures_arrays)
         && f.blocks.len() <= MAX_BLOCKS
-        && f.insts.len() <= limit
+        && size <= limit
         && f.blocks.iter().all(|(_, b)| {
             b.insts.iter().all(|&i| {
                 let op = &f.insts[i].op;
