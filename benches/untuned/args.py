@@ -29,6 +29,7 @@ def args():
     out["poly_tree"] = [[u(-1.2, -0.1) for _ in range(512)], 0.45]
     out["rotations"] = [[[u(-3, 3), u(-3, 3), u(-1, 1), u(-1, 1), u(-1, 1)] for _ in range(10000)], [0.1, -0.2, 0.3]]
     # Off-diagonal entries small beside the diagonal's shift: well conditioned.
+    out["normalised_rows"] = [[[u(-1, 1) for _ in range(6)] for _ in range(20000)], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]]
     out["inverse_loops"] = [[[u(-0.35, 0.35) for _ in range(9)] for _ in range(10000)], 2.0, [1.0, -2.0, 0.5]]
     return out
 

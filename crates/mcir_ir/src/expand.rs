@@ -31,10 +31,11 @@
 use crate::function::*;
 use crate::specialise::{has_short_loop, unroll_short_loops_within, UnrollLimits};
 
-/// How far generic code is unrolled: loops of up to four iterations (points in the
-/// plane and in space, quaternions, `3 × 3` and `4 × 4` matrices).
+/// How far generic code is unrolled: loops of up to eight iterations (points in the
+/// plane and in space, quaternions, `3 × 3` and `4 × 4` matrices, a handful of
+/// features), within the budgets of instructions added.
 pub const GENERIC: UnrollLimits =
-    UnrollLimits { max_trip: 4, max_loop_growth: 512, max_growth: 1536, per_block_estimate: true };
+    UnrollLimits { max_trip: 8, max_loop_growth: 512, max_growth: 1536, per_block_estimate: true };
 
 /// `module` with the short counted loops of every function written out.
 pub fn expand_short_loops(module: &Module) -> Module {

@@ -398,17 +398,16 @@ fn find_short_loop(f: &Function, budget: usize, limits: &UnrollLimits) -> Option
         }
         // Each block of the nest ends up copied once per iteration of every loop around it
         // in the nest: this one's trips times, for a loop inside, its own trip count when
-        // its bounds are constants already, and at most `limits.max_trip` otherwise (or,
-        // coarser, this one's trips for every loop of the nest).
+        // its bounds are constants already, and this one's otherwise (its bounds are made
+        // of this loop's counter: a triangle's `0..i`) (or, coarser, this one's trips for
+        // every loop of the nest).
         let depth = inner.iter().map(|&ih| nesting(&cfg, ih, &body)).max().unwrap_or(0);
         let size: usize = region.iter().map(|&b| f.blocks[b].insts.len() + 1).sum();
         let copies = (trips.max(1) as usize).checked_pow(depth + 1).unwrap_or(usize::MAX);
         let coarse = size.saturating_mul(copies).saturating_add(f.blocks[h].insts.len());
         let inner_trips: Vec<(HashSet<Block>, usize)> = inner
             .iter()
-            .map(|&ih| {
-                (cfg.loop_blocks(ih), constant_trips(f, &cfg, ih).unwrap_or(limits.max_trip).max(1) as usize)
-            })
+            .map(|&ih| (cfg.loop_blocks(ih), constant_trips(f, &cfg, ih).unwrap_or(trips).max(1) as usize))
             .collect();
         let growth = region
             .iter()
