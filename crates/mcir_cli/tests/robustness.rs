@@ -500,6 +500,88 @@ fn the_memory_limit_stops_a_call_cleanly() {
     assert_eq!(out.code, 2, "{}", out.stderr);
 }
 
+/// A memory limit reached in a derived pass's tape, at the start of a recursive
+/// function that makes a fresh minor, is reported inside the function's body on both
+/// engines (the record's span is the whole function; the next operation's is shown).
+#[test]
+fn the_memory_limit_in_a_recursion_points_into_its_body() {
+    let text = "fn minor_of(a: f64[,], row: i64) -> f64[,] {
+    let n = size(a, 0);
+    let m = zeros(n - 1, n - 1);
+    let mut rr = 0;
+    for r in 0..n {
+        if r == row { continue; }
+        for c in 1..n {
+            m[rr, c - 1] = a[r, c];
+        }
+        rr += 1;
+    }
+    return m;
+}
+
+fn det(a: f64[,]) -> f64 {
+    let n = size(a, 0);
+    if n == 1 { return a[0, 0]; }
+    if n == 2 { return a[0, 0] * a[1, 1] - a[0, 1] * a[1, 0]; }
+    let mut s = 0.0;
+    for r in 0..n {
+        let sg = sign_of(r);
+        s += sg * a[r, 0] * det(minor_of(a, r));
+    }
+    return s;
+}
+
+fn sign_of(r: i64) -> f64 {
+    if r % 2 == 0 { return 1.0; }
+    return -1.0;
+}
+
+fn main(a: f64[,]) -> f64 {
+    return det(a);
+}
+";
+    let path = tempfile_path("det.mcir");
+    std::fs::write(&path, text).unwrap();
+    let p = path.to_str().unwrap();
+    let rows: Vec<String> = (0..9)
+        .map(|i| {
+            format!(
+                "[{}]",
+                (0..9)
+                    .map(|j| format!("{:.2}", ((i * 9 + j) as f64 * 0.37).sin()))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )
+        })
+        .collect();
+    let args = format!("[[{}]]", rows.join(","));
+    for extra in [&[][..], &["--interp"][..]] {
+        let mut words = vec!["grad", p, "--args", &args, "--max-memory", "100000"];
+        words.extend(extra);
+        let out = mcc(&words);
+        assert_eq!(out.code, 1, "{extra:?}: {}", out.stderr);
+        assert!(out.stderr.contains("out of memory"), "{}", out.stderr);
+        let line = out
+            .stderr
+            .split("det.mcir:")
+            .nth(1)
+            .and_then(|rest| rest.split(':').next())
+            .and_then(|l| l.parse::<u32>().ok())
+            .expect("a location");
+        let first_lines: Vec<u32> = text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| l.starts_with("fn "))
+            .map(|(k, _)| k as u32 + 1)
+            .collect();
+        assert!(
+            !first_lines.contains(&line),
+            "{extra:?}: the error is at a function's first line: {}",
+            out.stderr
+        );
+    }
+}
+
 /// Every kind of bad argument in `tests/bad_input/arguments.cases` (malformed JSON,
 /// wrong types and shapes, NaN and infinities, empty arrays) gives a defined result or a
 /// clear usage error, the same on both engines, for `run` and `grad`.

@@ -209,6 +209,10 @@ struct FnLower<'a, 'b> {
     /// arena, taken at the first of them: the bytes they take in all, then the piece and
     /// the offset of the next allocation in it.
     block_bytes: i64,
+    /// Where a failure of the instruction being lowered is reported when its own span is
+    /// the whole function (what a derived pass gives its tape): the next instruction of
+    /// its block whose span is narrower, as the interpreter reports it.
+    narrow_span: Option<Span>,
     /// Whether allocations now take from the tape region (see `allocate_in_tape`).
     in_tape: bool,
     piece: Option<(CValue, i64)>,
@@ -673,6 +677,7 @@ impl<'a> Lowering<'a> {
             loop_depth: Vec::new(),
             fused,
             block_bytes: 0,
+            narrow_span: None,
             in_tape: false,
             piece: None,
             early_records: HashMap::default(),
@@ -708,6 +713,7 @@ impl<'a> Lowering<'a> {
 
 impl FnLower<'_, '_> {
     fn site(&mut self, span: Span) -> i64 {
+        let span = if span == self.f.span || span.end == 0 { self.narrow_span.unwrap_or(span) } else { span };
         self.l.sites.push((self.l.module.function_at(self.f, span).to_string(), span));
         (self.l.sites.len() - 1) as i64
     }
@@ -842,7 +848,18 @@ impl FnLower<'_, '_> {
         self.block_bytes = if count > 1 { total } else { 0 };
         self.piece = None;
         self.take_early_records(b)?;
-        for &inst in &data.insts {
+        // Each instruction's narrower span: its own, or the next one's in the block.
+        let narrow = |s: Span| s.end > 0 && s != f.span;
+        let mut next = narrow(data.term_span).then_some(data.term_span);
+        let mut narrow_spans = vec![None; data.insts.len()];
+        for (k, &inst) in data.insts.iter().enumerate().rev() {
+            if narrow(f.insts[inst].span) {
+                next = Some(f.insts[inst].span);
+            }
+            narrow_spans[k] = next;
+        }
+        for (k, &inst) in data.insts.iter().enumerate() {
+            self.narrow_span = narrow_spans[k];
             let d = &f.insts[inst];
             if d.result.is_some_and(|r| self.fused.contains_key(&r))
                 || self.map_partner_of.contains_key(&inst)
@@ -865,6 +882,7 @@ impl FnLower<'_, '_> {
                 self.store_early_fields(r)?;
             }
         }
+        self.narrow_span = None;
         Ok(())
     }
 
