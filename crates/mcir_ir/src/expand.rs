@@ -101,12 +101,13 @@ bb3(%r_11: f64):
 
     #[test]
     fn a_loop_counted_to_a_value_or_beyond_the_limit_stays() {
+        let beyond = GENERIC.max_trip + 1;
         for bound in ["%n_12", "%2"] {
             let text = format!(
                 "fn @f(%a_0: f64[], %n_12: i64) -> f64 {{
 bb0:
     %1: i64 = iconst 0
-    %2: i64 = iconst 5
+    %2: i64 = iconst {beyond}
     %3: f64 = fconst 0.0
     jump bb1(%1, %3)
 bb1(%i_9: i64, %s_10: f64):
