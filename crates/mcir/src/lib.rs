@@ -112,23 +112,14 @@ impl Program {
                 if let Err(e) = mcir_ir::verify_module(&module) {
                     return Err(fail(format!("internal compiler error: inlining broke the IR: {e}")));
                 }
-                // A helper's array it returns, once inlined, is a parameter of the block
-                // after its body: merged into one block first, it is the array made there,
-                // which may become values.
-                let ids: Vec<mcir_ir::FuncId> = module.funcs.keys().collect();
-                for id in ids {
-                    let f = std::mem::replace(&mut module.funcs[id], mcir_ir::Function::new("", &[], None));
-                    module.funcs[id] = f.into_simplified_cfg();
-                }
+                // An inlined body ends in a jump to the rest of its caller's block: merged,
+                // so that what the body computes and what the caller does with it are one
+                // block (the reverse pass recomputes within a block), and an array a helper
+                // returns is the array made there, which may become values; merged again
+                // after those values are made.
+                simplify_every_function(&mut module);
                 let mut module = mcir_ir::scalarise::scalarise_small_arrays(module);
-                // An inlined body ends in a jump to the rest of its caller's block: merged
-                // again, so that what the body computes and what the caller does with it
-                // are one block (the reverse pass recomputes within a block).
-                let ids: Vec<mcir_ir::FuncId> = module.funcs.keys().collect();
-                for id in ids {
-                    let f = std::mem::replace(&mut module.funcs[id], mcir_ir::Function::new("", &[], None));
-                    module.funcs[id] = f.into_simplified_cfg();
-                }
+                simplify_every_function(&mut module);
                 if let Err(e) = mcir_ir::verify_module(&module) {
                     return Err(fail(format!("internal compiler error: scalarising broke the IR: {e}")));
                 }
@@ -409,6 +400,15 @@ pub fn native_text(module: &Module, id: FuncId) -> String {
 /// once, for printing many of its functions.
 pub fn native_text_with(module: &Module, id: FuncId, escapes: &mcir_ir::reclaim::Escapes) -> String {
     mcir_ir::print_function(module, &native_function(module, id, escapes))
+}
+
+/// Every function of `module` without forwarding blocks and with straight chains merged.
+fn simplify_every_function(module: &mut Module) {
+    let ids: Vec<FuncId> = module.funcs.keys().collect();
+    for id in ids {
+        let f = std::mem::replace(&mut module.funcs[id], mcir_ir::Function::new("", &[], None));
+        module.funcs[id] = f.into_simplified_cfg();
+    }
 }
 
 /// Function `id` of `module` as native code compiles it (`mcir_ir::native_form`), the

@@ -320,9 +320,7 @@ pub(crate) fn tangent_through(
                 let reciprocal = em.emit(Op::FBinary(FBinOp::Div), vec![one, *b]);
                 return (0..m)
                     .map(|k| {
-                        let rb = em.scale(tb[k], r);
-                        let n = em.neg(rb);
-                        let top = em.add(ta[k], n);
+                        let top = em.quotient_numerator(r, ta[k], tb[k]);
                         em.scale(top, reciprocal)
                     })
                     .collect();
@@ -418,6 +416,7 @@ impl Emitter<'_> {
         }
     }
 
+    /// The tangent of `a op b` (result `r`) from those of `a` and `b`.
     pub(crate) fn binary(&mut self, op: FBinOp, a: Value, b: Value, r: Value, ta: Coef, tb: Coef) -> Coef {
         match op {
             FBinOp::Add => self.add(ta, tb),
@@ -436,12 +435,17 @@ impl Emitter<'_> {
             }
             // d(a / b) = (da - r db) / b
             _ => {
-                let rb = self.scale(tb, r);
-                let n = self.neg(rb);
-                let top = self.add(ta, n);
+                let top = self.quotient_numerator(r, ta, tb);
                 self.divide(top, b)
             }
         }
+    }
+
+    /// `da - r db`, the numerator of the tangent of a quotient `r = a / b`.
+    fn quotient_numerator(&mut self, r: Value, ta: Coef, tb: Coef) -> Coef {
+        let rb = self.scale(tb, r);
+        let n = self.neg(rb);
+        self.add(ta, n)
     }
 
     /// The tangent of `op(a)` (result `r`) from the tangent `ta` of `a`; `factor` keeps

@@ -108,11 +108,9 @@ fn may_inline(module: &Module, id: FuncId, f: &Function, limit: usize) -> bool {
 /// 12 % slower).
 fn may_inline_with_control(module: &Module, id: FuncId, f: &Function, calls: usize) -> bool {
     let one_block = f.blocks.len() == 1;
-    let makes_arrays =
-        f.insts.values().any(|d| d.op.allocates() && !matches!(d.op, Op::RefNew | Op::StackNew));
     // Written-out loops leave a constant per copy of each index: what is counted against
     // the budget of a one-block helper called once is the work, not the constants.
-    let moved = one_block && calls == 1 && makes_arrays;
+    let moved = one_block && calls == 1 && f.insts.values().any(|d| makes_array(&d.op));
     let size = if moved {
         let placed = f.blocks.values().flat_map(|b| b.insts.iter().map(|&i| &f.insts[i].op));
         placed.filter(|op| !matches!(op, Op::IConst(_) | Op::FConst(_) | Op::BConst(_))).count()
@@ -131,11 +129,16 @@ fn may_inline_with_control(module: &Module, id: FuncId, f: &Function, calls: usi
         && f.blocks.iter().all(|(_, b)| {
             b.insts.iter().all(|&i| {
                 let op = &f.insts[i].op;
-                let makes_array = op.allocates() && !matches!(op, Op::RefNew | Op::StackNew);
-                (one_block || !makes_array) && !calls_or_tapes(op)
+                (one_block || !makes_array(op)) && !calls_or_tapes(op)
             })
         })
         && !module.rules.iter().any(|r| r.func == id)
+}
+
+/// Whether `op` makes an array (or another aggregate in memory that is not a cell or a
+/// tape's stack).
+fn makes_array(op: &Op) -> bool {
+    op.allocates() && !matches!(op, Op::RefNew | Op::StackNew)
 }
 
 /// Whether `op` calls, or is something only a derived pass makes (a tape's stacks,

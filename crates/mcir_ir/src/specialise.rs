@@ -401,25 +401,30 @@ fn find_short_loop(f: &Function, budget: usize, limits: &UnrollLimits) -> Option
         // its bounds are constants already, and this one's otherwise (its bounds are made
         // of this loop's counter: a triangle's `0..i`) (or, coarser, this one's trips for
         // every loop of the nest).
-        let depth = inner.iter().map(|&ih| nesting(&cfg, ih, &body)).max().unwrap_or(0);
-        let size: usize = region.iter().map(|&b| f.blocks[b].insts.len() + 1).sum();
-        let copies = (trips.max(1) as usize).checked_pow(depth + 1).unwrap_or(usize::MAX);
-        let coarse = size.saturating_mul(copies).saturating_add(f.blocks[h].insts.len());
-        let inner_trips: Vec<(HashSet<Block>, usize)> = inner
-            .iter()
-            .map(|&ih| (cfg.loop_blocks(ih), constant_trips(f, &cfg, ih).unwrap_or(trips).max(1) as usize))
-            .collect();
-        let growth = region
-            .iter()
-            .map(|&b| {
-                let copies = inner_trips
-                    .iter()
-                    .filter(|(blocks, _)| blocks.contains(&b))
-                    .fold(trips.max(1) as usize, |n, (_, t)| n.saturating_mul(*t));
-                (f.blocks[b].insts.len() + 1).saturating_mul(copies)
-            })
-            .fold(f.blocks[h].insts.len(), usize::saturating_add);
-        let growth = if limits.per_block_estimate { growth } else { coarse };
+        let trips_at_least_one = trips.max(1) as usize;
+        let growth = if limits.per_block_estimate {
+            let inner_trips: Vec<(HashSet<Block>, usize)> = inner
+                .iter()
+                .map(|&ih| {
+                    (cfg.loop_blocks(ih), constant_trips(f, &cfg, ih).unwrap_or(trips).max(1) as usize)
+                })
+                .collect();
+            region
+                .iter()
+                .map(|&b| {
+                    let copies = inner_trips
+                        .iter()
+                        .filter(|(blocks, _)| blocks.contains(&b))
+                        .fold(trips_at_least_one, |n, (_, t)| n.saturating_mul(*t));
+                    (f.blocks[b].insts.len() + 1).saturating_mul(copies)
+                })
+                .fold(f.blocks[h].insts.len(), usize::saturating_add)
+        } else {
+            let depth = inner.iter().map(|&ih| nesting(&cfg, ih, &body)).max().unwrap_or(0);
+            let size: usize = region.iter().map(|&b| f.blocks[b].insts.len() + 1).sum();
+            let copies = trips_at_least_one.checked_pow(depth + 1).unwrap_or(usize::MAX);
+            size.saturating_mul(copies).saturating_add(f.blocks[h].insts.len())
+        };
         if growth > budget.min(limits.max_loop_growth) {
             continue;
         }
