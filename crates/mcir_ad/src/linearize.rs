@@ -17,15 +17,17 @@
 //! element's derivative in its forward loop; this does the same.
 
 use mcir_ir::entity::EntityRef;
-use mcir_ir::{Block, BlockCall, FBinOp, FUnOp, Function, Inst, Op, Terminator, TypeTable, Value};
+use mcir_ir::{Block, FBinOp, FUnOp, Function, Inst, Op, Terminator, TypeTable, Value};
 use std::collections::HashMap;
 
 /// The most values a linearized branch may read (coefficients per result).
 const MAX_INPUTS: usize = 4;
 /// The most coefficients (results × inputs) a linearized branch may pass to its join.
 const MAX_COEFFICIENTS: usize = 8;
-/// The most instructions an arm may have.
+/// The most instructions a block between a branch and its join may have.
 const MAX_ARM_INSTS: usize = 48;
+/// The most blocks between a branch and its join (an `if` with seven `else if`s).
+const MAX_REGION_BLOCKS: usize = 8;
 
 /// A partial derivative while it is built: zero and one stay symbolic.
 #[derive(Clone, Copy, PartialEq)]
@@ -35,10 +37,21 @@ pub(crate) enum Coef {
     Of(Value),
 }
 
-/// One arm of a branch: the block (none for an edge straight into the join) and the
-/// arguments it passes to the join.
-struct Arm {
-    block: Option<Block>,
+/// A tree of branches from a head to one join: the blocks between them (the region),
+/// each entered by one edge from the head or another region block, and the edges that
+/// leave the tree, all into the join.
+struct Fan {
+    join: Block,
+    /// The region's blocks, each after the block that enters it.
+    region: Vec<Block>,
+    exits: Vec<Exit>,
+}
+
+/// An edge into the join: the block it leaves (the head or a region block), which of its
+/// successors it is, and the arguments it passes.
+struct Exit {
+    from: Block,
+    side: usize,
     args: Vec<Value>,
 }
 
@@ -69,8 +82,8 @@ pub(crate) fn linearize_branches(
         if !within(h) {
             continue;
         }
-        let Some((join, arms)) = diamond(&f, h, &preds) else { continue };
-        linearize(&mut f, h, join, &arms, varies, &mut subst, &mut reads);
+        let Some(fan) = fan(&f, h, &preds) else { continue };
+        linearize(&mut f, h, &fan, varies, &mut subst, &mut reads);
     }
     if !subst.is_empty() {
         f.map_uses(|v| subst.get(&v).copied().unwrap_or(v));
@@ -86,44 +99,52 @@ pub(crate) fn has_branches(f: &Function) -> bool {
     f.blocks.values().any(|d| matches!(d.term, Terminator::Branch { .. }))
 }
 
-/// The join and the two arms of the branch ending `h`, when it has that shape: each
-/// target is the join itself or a block with no parameters that only `h` enters and
-/// that jumps to the join, the two arms differ, and nothing else enters the join.
-fn diamond(f: &Function, h: Block, preds: &HashMap<Block, usize>) -> Option<(Block, [Arm; 2])> {
-    let Terminator::Branch { then_dest, else_dest, .. } = &f.blocks[h].term else { return None };
-    let join_of = |t: &BlockCall| -> Option<(Block, Arm)> {
-        let data = &f.blocks[t.block];
-        match &data.term {
-            Terminator::Jump(next)
-                if t.block != h
-                    && data.params.is_empty()
-                    && preds.get(&t.block) == Some(&1)
-                    && data.insts.len() <= MAX_ARM_INSTS =>
-            {
-                Some((next.block, Arm { block: Some(t.block), args: next.args.clone() }))
-            }
-            _ => None,
-        }
-    };
-    let side = |t: &BlockCall, other: &BlockCall| -> Option<(Block, Arm)> {
-        match join_of(t) {
-            Some(x) if x.0 != t.block => Some(x),
-            // An edge straight into the join: the other side says which block that is.
-            _ => {
-                let (j, _) = join_of(other)?;
-                (j == t.block).then(|| (t.block, Arm { block: None, args: t.args.clone() }))
-            }
-        }
-    };
-    let (j1, a1) = side(then_dest, else_dest)?;
-    let (j2, a2) = side(else_dest, then_dest)?;
-    if j1 != j2 || j1 == h || preds.get(&j1) != Some(&2) || (a1.block.is_none() && a2.block.is_none()) {
+/// The tree of branches from `h` to a join, when it has that shape: a successor of `h`
+/// or of a region block is in the region when it is not `h`, has no parameters, only
+/// that edge enters it, it ends in a jump or a branch and has at most [`MAX_ARM_INSTS`]
+/// instructions; every other successor is the join, one block that nothing else enters.
+/// The region has at least one block and at most [`MAX_REGION_BLOCKS`].
+fn fan(f: &Function, h: Block, preds: &HashMap<Block, usize>) -> Option<Fan> {
+    if !matches!(f.blocks[h].term, Terminator::Branch { .. }) {
         return None;
     }
-    if a1.block.is_some() && a1.block == a2.block {
+    let in_region = |b: Block| {
+        let data = &f.blocks[b];
+        b != h
+            && data.params.is_empty()
+            && preds.get(&b) == Some(&1)
+            && !matches!(data.term, Terminator::Return(_))
+            && data.insts.len() <= MAX_ARM_INSTS
+    };
+    let mut region = Vec::new();
+    let mut exits = Vec::new();
+    let mut join = None;
+    let mut work = vec![h];
+    while let Some(b) = work.pop() {
+        let mut inner = Vec::new();
+        for (side, t) in f.blocks[b].term.successors().enumerate() {
+            if in_region(t.block) {
+                inner.push(t.block);
+                continue;
+            }
+            if join.is_some_and(|j| j != t.block) {
+                return None;
+            }
+            join = Some(t.block);
+            exits.push(Exit { from: b, side, args: t.args.clone() });
+        }
+        region.extend(&inner);
+        if region.len() > MAX_REGION_BLOCKS {
+            return None;
+        }
+        // The first successor's subtree is taken first.
+        work.extend(inner.into_iter().rev());
+    }
+    let join = join?;
+    if join == h || region.is_empty() || preds.get(&join) != Some(&exits.len()) {
         return None;
     }
-    Some((j1, [a1, a2]))
+    Some(Fan { join, region, exits })
 }
 
 /// Whether forward mode through `op` is done here.
@@ -155,19 +176,17 @@ pub(crate) fn supported(f: &Function, op: &Op, result: Option<Value>) -> bool {
     }
 }
 
-/// Linearizes the branch at `h`: adds to `subst` what each result's uses should read
-/// instead, and to `reads` each linearization with the result it reads.
+/// Linearizes the tree of branches `fan` from `h`: adds to `subst` what each result's
+/// uses should read instead, and to `reads` each linearization with the result it reads.
 fn linearize(
     f: &mut Function,
     h: Block,
-    join: Block,
-    arms: &[Arm; 2],
+    fan: &Fan,
     varies: &dyn Fn(Value) -> bool,
     subst: &mut HashMap<Value, Value>,
     reads: &mut Vec<(mcir_ir::Inst, Value)>,
 ) {
-    let arm_blocks: Vec<Block> = arms.iter().filter_map(|a| a.block).collect();
-    for &b in &arm_blocks {
+    for &b in &fan.region {
         for &i in &f.blocks[b].insts {
             let d = &f.insts[i];
             if !supported(f, &d.op, d.result) {
@@ -175,14 +194,16 @@ fn linearize(
             }
         }
     }
+    let join = fan.join;
     let params = f.blocks[join].params.clone();
     let outputs: Vec<usize> =
         (0..params.len()).filter(|&p| f.value_type(params[p]) == TypeTable::F64).collect();
     if outputs.is_empty() {
         return;
     }
-    // The values the arms read from before the branch, whose derivatives pass on.
-    let defined_in_arms: std::collections::HashSet<Value> = arm_blocks
+    // The values the region reads from before the branch, whose derivatives pass on.
+    let defined_in_arms: std::collections::HashSet<Value> = fan
+        .region
         .iter()
         .flat_map(|&b| f.blocks[b].insts.iter().filter_map(|&i| f.insts[i].result))
         .collect();
@@ -198,16 +219,16 @@ fn linearize(
             inputs.push(v);
         }
     };
-    for &b in &arm_blocks {
+    for &b in &fan.region {
         for &i in &f.blocks[b].insts {
             for &a in &f.insts[i].args {
                 note(a, &mut inputs);
             }
         }
     }
-    for arm in arms {
+    for exit in &fan.exits {
         for &p in &outputs {
-            note(arm.args[p], &mut inputs);
+            note(exit.args[p], &mut inputs);
         }
     }
     inputs.sort_by_key(|v| v.index());
@@ -215,42 +236,20 @@ fn linearize(
     if m == 0 || m > MAX_INPUTS || m * outputs.len() > MAX_COEFFICIENTS {
         return;
     }
-    let span = f.blocks[h].term_span;
-    // Each arm's coefficients, made in the arm (or before the branch for a bare edge).
-    let mut arm_coefs: Vec<Vec<Value>> = Vec::new();
-    for arm in arms {
-        let at = arm.block.unwrap_or(h);
-        let mut tangent: HashMap<Value, Vec<Coef>> = HashMap::new();
-        for (k, &x) in inputs.iter().enumerate() {
-            let mut unit = vec![Coef::Zero; m];
-            unit[k] = Coef::One;
-            tangent.insert(x, unit);
-        }
-        // Forward mode and the coefficients go after what the arm computed, before its
-        // jump (before the branch for a bare edge).
-        let mut emitted = Emitter { f: &mut *f, block: at, out: Vec::new(), span };
-        if let Some(b) = arm.block {
-            let insts = emitted.f.blocks[b].insts.clone();
-            for i in insts {
-                let Some(r) = emitted.f.insts[i].result else { continue };
-                if emitted.f.value_type(r) != TypeTable::F64 {
-                    continue;
-                }
-                let t = tangent_through(&mut emitted, &tangent, i, r, m);
-                tangent.insert(r, t);
-            }
-        }
-        let mut coefs = Vec::new();
-        for &p in &outputs {
-            for c in tangent_of(&tangent, arm.args[p], m) {
-                coefs.push(emitted.materialise(c));
-            }
-        }
-        let out = std::mem::take(&mut emitted.out);
-        f.blocks[at].insts.extend(out);
-        arm_coefs.push(coefs);
+    // Each exit's coefficients, made where it leaves, after forward mode through the
+    // region blocks on its way.
+    let mut units: HashMap<Value, Vec<Coef>> = HashMap::new();
+    for (k, &x) in inputs.iter().enumerate() {
+        let mut unit = vec![Coef::Zero; m];
+        unit[k] = Coef::One;
+        units.insert(x, unit);
     }
-    // The join takes the coefficients; each edge passes its arm's.
+    let span = f.blocks[h].term_span;
+    let exit_coefs = vec![Vec::new(); fan.exits.len()];
+    let mut walk = Walk { fan, h, m, outputs: &outputs, span, exit_coefs };
+    walk.block(f, h, units);
+    let exit_coefs = walk.exit_coefs;
+    // The join takes the coefficients; each exit passes its own.
     let mut coef_params = Vec::new();
     for &p in &outputs {
         for k in 0..m {
@@ -258,15 +257,9 @@ fn linearize(
             coef_params.push(f.add_block_param(join, TypeTable::F64, name));
         }
     }
-    // Arm blocks end in their jump; a bare edge is `h`'s branch target on its side.
-    for (side, (arm, coefs)) in arms.iter().zip(arm_coefs).enumerate() {
-        match (arm.block, &mut f.blocks[arm.block.unwrap_or(h)].term) {
-            (Some(_), Terminator::Jump(t)) => t.args.extend(coefs),
-            (None, Terminator::Branch { then_dest, else_dest, .. }) => {
-                let t = if side == 0 { then_dest } else { else_dest };
-                t.args.extend(coefs);
-            }
-            _ => {}
+    for (exit, coefs) in fan.exits.iter().zip(exit_coefs) {
+        if let Some(t) = f.blocks[exit.from].term.successors_mut().nth(exit.side) {
+            t.args.extend(coefs);
         }
     }
     // Each result is read through its linearization from here on.
@@ -290,6 +283,61 @@ fn linearize(
     }
     let rest = std::mem::take(&mut f.blocks[join].insts);
     f.blocks[join].insts = made.into_iter().chain(rest).collect();
+}
+
+/// Forward mode through a fan's region, block by block from its head.
+struct Walk<'a> {
+    fan: &'a Fan,
+    h: Block,
+    /// How many inputs.
+    m: usize,
+    /// The join's `f64` parameters, by position.
+    outputs: &'a [usize],
+    span: mcir_ir::Span,
+    /// The coefficients each exit passes, in the order of `fan.exits`.
+    exit_coefs: Vec<Vec<Value>>,
+}
+
+impl Walk<'_> {
+    /// Forward mode through `b` (nothing for the head, whose values are inputs), the
+    /// coefficients of the exits leaving it, and the same for the region blocks it
+    /// enters, each with the tangents known at the end of `b`.
+    fn block(&mut self, f: &mut Function, b: Block, mut tangent: HashMap<Value, Vec<Coef>>) {
+        // Forward mode and the coefficients go after what the block computed, before its
+        // terminator.
+        let mut emitted = Emitter { f: &mut *f, block: b, out: Vec::new(), span: self.span };
+        if b != self.h {
+            let insts = emitted.f.blocks[b].insts.clone();
+            for i in insts {
+                let Some(r) = emitted.f.insts[i].result else { continue };
+                if emitted.f.value_type(r) != TypeTable::F64 {
+                    continue;
+                }
+                let t = tangent_through(&mut emitted, &tangent, i, r, self.m);
+                tangent.insert(r, t);
+            }
+        }
+        let out = std::mem::take(&mut emitted.out);
+        f.blocks[b].insts.extend(out);
+        let targets: Vec<Block> = f.blocks[b].term.successors().map(|t| t.block).collect();
+        for (side, t) in targets.into_iter().enumerate() {
+            match self.fan.exits.iter().position(|x| x.from == b && x.side == side) {
+                Some(e) => {
+                    let mut emitted = Emitter { f: &mut *f, block: b, out: Vec::new(), span: self.span };
+                    let mut coefs = Vec::new();
+                    for &p in self.outputs {
+                        for c in tangent_of(&tangent, self.fan.exits[e].args[p], self.m) {
+                            coefs.push(emitted.materialise(c));
+                        }
+                    }
+                    let out = std::mem::take(&mut emitted.out);
+                    f.blocks[b].insts.extend(out);
+                    self.exit_coefs[e] = coefs;
+                }
+                None => self.block(f, t, tangent.clone()),
+            }
+        }
+    }
 }
 
 /// The tangent of `v` (with respect to each input), zero where none is known.

@@ -89,6 +89,11 @@ pub(crate) struct Reverse<'a> {
     /// The block and position of each instruction of the primal (by index), for the
     /// instructions of its blocks.
     inst_pos: Vec<Option<(Block, usize)>>,
+    /// For each primal block, the block that alone enters it (by one edge), if any, and
+    /// its instructions that may write memory: the position, and the type of the array
+    /// a store writes (`None` for anything else, which may write any array).
+    sole_pred: Vec<Option<Block>>,
+    writes_in: Vec<Vec<(usize, Option<TypeId>)>>,
     /// Primal values that the adjoint of a product or quotient reads whatever else is
     /// recomputed (see [`read_by_products`]): a product of them is computed again from
     /// them instead of being taped.
@@ -472,6 +477,10 @@ fn register_held_arrays(primal: &Function) -> rustc_hash::FxHashSet<Value> {
     out
 }
 
+/// How many blocks back, each entered by one edge, a load is looked for to be loaded again
+/// in a reverse pass rather than taped.
+const MAX_RELOAD_CHAIN: usize = 8;
+
 /// How deep a chain of cheap computations is recomputed in a reverse pass.
 const REMAT_DEPTH: u32 = 12;
 
@@ -610,6 +619,8 @@ impl<'a> Reverse<'a> {
             cur_pos: 0,
             last_write_before_current: None,
             inst_pos: Vec::new(),
+            sole_pred: Vec::new(),
+            writes_in: Vec::new(),
             reloaded: HashMap::default(),
             read_anyway,
             never_written: never_written_arrays(primal),
@@ -976,9 +987,10 @@ impl<'a> Reverse<'a> {
         if !matches!(self.primal.insts[load].op, Op::Load | Op::TrustedLoad) {
             return Ok(None);
         }
-        let here = self.position_in_current_block(load);
-        let unchanged_since = here
-            .is_some_and(|pos| pos < self.cur_pos && self.last_write_before_current.is_none_or(|w| w <= pos));
+        let unchanged_since = match self.position_in_current_block(load) {
+            Some(pos) => pos < self.cur_pos && self.last_write_before_current.is_none_or(|w| w <= pos),
+            None => self.unwritten_since_earlier_block(load),
+        };
         let array_ty = self.primal.value_type(self.primal.insts[load].args[0]);
         if !unchanged_since && !self.never_written.contains(&array_ty) {
             return Ok(None);
@@ -1384,24 +1396,33 @@ impl<'a> Reverse<'a> {
     /// that computes nothing with a derivative) becomes a jump; a path pop nothing then
     /// reads is removed, and the forward pass marks no edge into its join.
     pub fn drop_pointless_paths(&mut self) {
-        let f = &mut self.e.func;
-        let blocks: Vec<Block> = f.blocks.keys().collect();
-        let mut folded = false;
-        for &b in &blocks {
-            let Terminator::Branch { then_dest, else_dest, .. } = &f.blocks[b].term else { continue };
-            let (t, e) = (through_forwarding_blocks(f, then_dest), through_forwarding_blocks(f, else_dest));
-            if t == e {
-                let span = f.blocks[b].term_span;
-                f.set_terminator(b, Terminator::Jump(t), span);
-                folded = true;
+        let blocks: Vec<Block> = self.e.func.blocks.keys().collect();
+        let fold = |f: &mut Function| {
+            let mut folded = false;
+            for &b in &blocks {
+                let Terminator::Branch { then_dest, else_dest, .. } = &f.blocks[b].term else { continue };
+                let (t, e) =
+                    (through_forwarding_blocks(f, then_dest), through_forwarding_blocks(f, else_dest));
+                if t == e {
+                    let span = f.blocks[b].term_span;
+                    f.set_terminator(b, Terminator::Jump(t), span);
+                    folded = true;
+                }
             }
-        }
+            folded
+        };
         // Every path pop still decides a branch unless one was folded.
-        if !folded || self.path_pops.is_empty() {
+        if !fold(&mut self.e.func) || self.path_pops.is_empty() {
             return;
         }
-        // Compares of path values now read by nothing go first, then the pops.
-        let cleaned = crate::dce::remove_dead_code(f.clone());
+        // Compares of path values now read by nothing go first, then the pops. A
+        // dispatch among three targets or more is a chain of branches, each testing one
+        // index: once the last is folded, its compare is dead, and the one before can
+        // fold in turn.
+        let mut cleaned = crate::dce::remove_dead_code(self.e.func.clone());
+        while fold(&mut cleaned) {
+            cleaned = crate::dce::remove_dead_code(cleaned);
+        }
         let mut used = rustc_hash::FxHashSet::default();
         for (_, data) in cleaned.blocks.iter() {
             for &i in &data.insts {
@@ -2567,6 +2588,34 @@ impl<'a> Reverse<'a> {
     }
 
     /// The position of `inst` in the block being reversed, if it is there.
+    /// Whether `load`, in a block that enters the current one through a chain of blocks
+    /// each entered by one edge (the head of a branch, for an arm), read memory as it is
+    /// before the instruction being reversed: nothing after the load in its block, in
+    /// the blocks between, or before the instruction in the current block may write its
+    /// array. A store to an array of another type cannot (as in `mcir_ir::memory`).
+    fn unwritten_since_earlier_block(&self, load: mcir_ir::Inst) -> bool {
+        let Some((at, pos)) = self.inst_pos.get(load.index()).copied().flatten() else { return false };
+        let ty = self.primal.value_type(self.primal.insts[load].args[0]);
+        let clear = |b: Block, range: std::ops::Range<usize>| {
+            self.writes_in[b.index()].iter().all(|&(w, t)| !range.contains(&w) || t.is_some_and(|t| t != ty))
+        };
+        if !clear(self.cur, 0..self.cur_pos) {
+            return false;
+        }
+        let mut b = self.cur;
+        for _ in 0..MAX_RELOAD_CHAIN {
+            let Some(p) = self.sole_pred.get(b.index()).copied().flatten() else { return false };
+            if p == at {
+                return clear(p, pos + 1..usize::MAX);
+            }
+            if !clear(p, 0..usize::MAX) {
+                return false;
+            }
+            b = p;
+        }
+        false
+    }
+
     fn position_in_current_block(&self, inst: mcir_ir::Inst) -> Option<usize> {
         match self.inst_pos.get(inst.index()).copied().flatten() {
             Some((b, pos)) if b == self.cur => Some(pos),
@@ -2577,6 +2626,24 @@ impl<'a> Reverse<'a> {
     /// Builds the whole reverse pass; `edges` are the primal in-edges of each block.
     pub fn build_all(&mut self, edges: &[Vec<Edge>]) -> Result<(), AdError> {
         self.inst_pos = vec![None; self.primal.insts.len()];
+        let n = self.primal.blocks.len();
+        let mut entering: Vec<(usize, Option<Block>)> = vec![(0, None); n];
+        self.writes_in = vec![Vec::new(); n];
+        for (b, data) in self.primal.blocks.iter() {
+            for s in data.term.successors() {
+                let e = &mut entering[s.block.index()];
+                *e = (e.0 + 1, Some(b));
+            }
+            for (pos, &i) in data.insts.iter().enumerate() {
+                let d = &self.primal.insts[i];
+                if writes_memory(&d.op) {
+                    let stored = matches!(d.op, Op::Store | Op::TrustedStore)
+                        .then(|| self.primal.value_type(d.args[0]));
+                    self.writes_in[b.index()].push((pos, stored));
+                }
+            }
+        }
+        self.sole_pred = entering.into_iter().map(|(k, p)| if k == 1 { p } else { None }).collect();
         for (b, data) in self.primal.blocks.iter() {
             for (pos, &i) in data.insts.iter().enumerate() {
                 if let Some(slot) = self.inst_pos.get_mut(i.index()) {

@@ -43,6 +43,26 @@ fn small_matrices_of_loops_counted_to_constants_become_values() {
 }
 
 #[test]
+fn chains_of_branches_are_linearized_whole() {
+    // A helper with `if`, `else if` and a branch on a value computed on the way, an
+    // integer picked by a chain, and two values set inline by a chain whose condition
+    // reads `x[i]` again: the reverse pass branches on none of them and keeps no path,
+    // and reads `x[i]` from the array rather than from the tape.
+    let path = root().join("tests/check/linearized_branch_chains.mcir");
+    let out = mcc(&["ir", path.to_str().unwrap(), "--native", "--fn", "f", "--stage", "rev"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let rev = out.stdout.split("fn @f$rev").nth(1).unwrap();
+    assert!(!rev.contains("path"), "{rev}");
+    // The one branch left is the loop's test.
+    assert_eq!(rev.lines().filter(|l| l.trim_start().starts_with("br ")).count(), 1, "{rev}");
+    let fwd = mcc(&["ir", path.to_str().unwrap(), "--native", "--fn", "f", "--stage", "fwd"]);
+    let fwd = fwd.stdout.split("fn @f$fwd").nth(1).unwrap();
+    // The forward pass keeps the derivatives: one linearization per result of each chain.
+    assert_eq!(fwd.matches("= linearized").count(), 3, "{fwd}");
+    assert!(!fwd.contains("stack.push %path"), "{fwd}");
+}
+
+#[test]
 fn elements_added_into_by_inner_loops_are_held_in_values() {
     let path = root().join("tests/programs/elements_held_across_loops.mcir");
     let out = mcc(&["ir", path.to_str().unwrap(), "--native"]);

@@ -184,7 +184,7 @@ impl Gen<'_, '_> {
     fn statement(&mut self, scope: &mut Scope, indent: usize) {
         let nested = scope.depth < 2;
         let e = |g: &mut Self, s: &Scope| g.real(s, 2);
-        match self.src.below(59) {
+        match self.src.below(61) {
             0 | 1 => {
                 let v = self.name("t");
                 let value = e(self, scope);
@@ -868,6 +868,29 @@ impl Gen<'_, '_> {
                 self.line(indent + 1, "}");
                 self.line(indent, "}");
             }
+            59 | 60 if nested => {
+                // Chains of branches (`if`, `else if`, `else`) that meet in one join,
+                // linearized whole: a helper with three ranges, the last split again on a
+                // value computed on the way, called per element; and two values set in
+                // each of three arms inline.
+                let (i, u, v) = (self.name("i"), self.name("u"), self.name("v"));
+                let value = e(self, scope);
+                let (t1, t2) = (self.src.threshold(), self.src.threshold());
+                self.line(indent, &format!("for {i} in 0..len(x) {{"));
+                self.line(indent + 1, &format!("acc += 0.1 * tiers(x[{i}] * 0.5 - 0.25, tanh({value}));"));
+                self.line(indent + 1, &format!("let mut {u} = x[{i}];"));
+                self.line(indent + 1, &format!("let mut {v} = 0.5;"));
+                self.line(indent + 1, &format!("if x[{i}] < {t1} - 0.4 {{"));
+                self.line(indent + 2, &format!("{u} = sin({u}) * acc;"));
+                self.line(indent + 1, &format!("}} else if x[{i}] < {t2} {{"));
+                self.line(indent + 2, &format!("{v} = {u} * {u} - acc * 0.1;"));
+                self.line(indent + 2, &format!("{u} = exp(-{u}) * {v};"));
+                self.line(indent + 1, "} else {");
+                self.line(indent + 2, &format!("{v} = tanh(acc) / (1.0 + {u} * {u});"));
+                self.line(indent + 1, "}");
+                self.line(indent + 1, &format!("acc += 0.1 * tanh({u} + {v});"));
+                self.line(indent, "}");
+            }
             41 => {
                 // A helper with a branch and a loop, called once.
                 let value = e(self, scope);
@@ -1047,6 +1070,22 @@ fn bend(z: f64, w: f64[], j: i64) -> f64 {
         return w[j] * z + 0.5;
     }
     return w[j] - z * z;
+}
+
+// A value picked from three ranges, the last split again on a value computed on the
+// way: a tree of branches meeting in one join once inlined. The kinks lie away from the
+// inputs' grid.
+fn tiers(z: f64, w: f64) -> f64 {
+    if z < -0.4137 {
+        return exp(z) * w - 0.25;
+    } else if z < 0.3137 {
+        return log(cosh(z)) + w * z;
+    }
+    let q = z * w + 0.5;
+    if q > 0.6137 {
+        return q * tanh(z);
+    }
+    return sin(q) / (1.0 + z * z);
 }
 
 // Never returns (`while true` without a `break`); called only where it is not reached.

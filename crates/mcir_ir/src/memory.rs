@@ -1,5 +1,5 @@
-//! Array elements forwarded within a block: a load of an element the block has just
-//! stored or loaded is that value, a store of the value an element already holds is
+//! Array elements forwarded within a block and into the blocks it alone enters: a load of
+//! an element just stored or loaded is that value, a store of the value an element already holds is
 //! dropped, and a store overwritten before anything could read it is dropped (and, on
 //! the way, `x + 0` and `x * 1` are `x`).
 //!
@@ -165,13 +165,28 @@ fn forward_to_fixpoint(
 fn forward_once(f: &mut Function, adjoint: bool, apart: &dyn Fn(Value, Value) -> bool) -> bool {
     let mut subst: HashMap<Value, Value> = HashMap::new();
     let mut changed = false;
-    let blocks: Vec<Block> = f.blocks.keys().collect();
+    // Blocks in reverse post-order, so that a block entered by one edge comes after the
+    // block that enters it, which hands it what it knew at its end; unreachable blocks
+    // after, knowing nothing.
+    let mut preds = vec![0usize; f.blocks.len()];
+    for (_, data) in f.blocks.iter() {
+        for s in data.term.successors() {
+            preds[s.block.index()] += 1;
+        }
+    }
+    let mut blocks = crate::cfg::reverse_post_order(f);
+    let mut seen = vec![false; f.blocks.len()];
+    blocks.iter().for_each(|b| seen[b.index()] = true);
+    blocks.extend(f.blocks.keys().filter(|b| !seen[b.index()]));
+    let mut handed: HashMap<Block, HashMap<Element, Value>> = HashMap::new();
     for b in blocks {
         let insts = std::mem::take(&mut f.blocks[b].insts);
         let mut kept: Vec<Inst> = Vec::with_capacity(insts.len());
         let mut dropped: Vec<Inst> = Vec::new();
-        // What each element known in this block holds.
-        let mut known: HashMap<Element, Value> = HashMap::new();
+        // What each element known in this block holds: at its start, what the block
+        // that alone enters it knew at its end (that block dominates this one, so its
+        // values are defined here, and nothing ran in between).
+        let mut known: HashMap<Element, Value> = handed.remove(&b).unwrap_or_default();
         // Stores nothing may have read since they ran, by element.
         let mut unread: HashMap<Element, Inst> = HashMap::new();
         for i in insts {
@@ -228,6 +243,18 @@ fn forward_once(f: &mut Function, adjoint: bool, apart: &dyn Fn(Value, Value) ->
         }
         kept.retain(|i| !dropped.contains(i));
         f.blocks[b].insts = kept;
+        // Stores not read yet are not handed on: another successor may read them.
+        if !known.is_empty() {
+            let single: Vec<Block> = f.blocks[b]
+                .term
+                .successors()
+                .map(|s| s.block)
+                .filter(|&s| preds[s.index()] == 1 && s != b)
+                .collect();
+            for s in single {
+                handed.insert(s, known.clone());
+            }
+        }
     }
     // Uses in terminators and in blocks visited before the replacement was known.
     f.substitute(&subst);
@@ -460,6 +487,42 @@ bb0:
         let text = run(ir, true);
         assert_eq!(text.matches("load").count(), 2, "{text}");
         assert_eq!(text.matches("store.trusted %dx_0").count(), 2, "{text}");
+    }
+
+    #[test]
+    fn an_element_known_at_a_branch_is_known_in_its_arms_but_not_at_their_join() {
+        // `a[i]` loaded before the branch is the value each arm reads again, and the
+        // value the arm that stores it stored is what it reads back; at the join, which
+        // two edges enter, nothing is known, so its load stays. A store to an array of
+        // another type keeps what is known of `a`.
+        let out = run(
+            "fn @f(%a_0: f64[], %m_1: i64[], %i_2: i64) -> f64 {
+bb0:
+    %3: f64 = load %a_0[%i_2]
+    %4: f64 = fconst 0.5
+    %5: bool = fcmp lt %3, %4
+    br %5, bb1, bb2
+bb1:
+    %6: f64 = load.trusted %a_0[%i_2]
+    %7: f64 = fmul %6, %6
+    store.trusted %a_0[%i_2], %7
+    %8: f64 = load.trusted %a_0[%i_2]
+    jump bb3(%8)
+bb2:
+    %9: i64 = iconst 1
+    store %m_1[%i_2], %9
+    %10: f64 = load.trusted %a_0[%i_2]
+    jump bb3(%10)
+bb3(%11: f64):
+    %12: f64 = load.trusted %a_0[%i_2]
+    %13: f64 = fadd %11, %12
+    ret %13
+}",
+            false,
+        );
+        assert_eq!(out.matches("load").count(), 2, "{out}");
+        assert!(out.contains("fmul %3, %3"), "{out}");
+        assert!(out.contains("jump bb3(%6)") && out.contains("jump bb3(%3)"), "{out}");
     }
 
     #[test]
