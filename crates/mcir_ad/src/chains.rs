@@ -28,6 +28,7 @@
 //! ([`Function::is_reverse_pass`]), whose sums' order the derivation chose in the first
 //! place. Primal code is never touched.
 
+use mcir_ir::cfg::ControlFlow;
 use mcir_ir::entity::EntityRef;
 use mcir_ir::{
     Block, FBinOp, FUnOp, Function, Inst, InstData, Op, Span, TypeTable, Value, ValueData, ValueDef,
@@ -129,7 +130,9 @@ pub(crate) fn shorten_chains(mut f: Function) -> Function {
     let mut same: HashMap<Value, Value> = HashMap::default();
     let first_new = f.values.len();
     let blocks: Vec<Block> = f.blocks.keys().collect();
+    let invariant_in = outside_innermost_loop(&f);
     for b in blocks {
+        let cleared = wait_in_block(&f, b, &mut late, &invariant_in);
         let mut pass = BlockPass {
             late: std::mem::take(&mut late),
             uses_here: &uses_here,
@@ -158,6 +161,9 @@ pub(crate) fn shorten_chains(mut f: Function) -> Function {
             f.blocks[b].insts = out.into_iter().map(|(_, _, i)| i).collect();
         }
         late = pass.late;
+        for v in cleared {
+            late[v.index()] = true;
+        }
     }
     f.substitute(&same);
     f
@@ -192,6 +198,70 @@ fn carried_values(f: &Function) -> Vec<bool> {
         }
     }
     late
+}
+
+/// For each block in a loop, whether a value is defined outside the innermost loop that
+/// contains the block (so it is the same in every iteration of that loop); `None` for
+/// blocks in no loop.
+fn outside_innermost_loop(f: &Function) -> impl Fn(Block, Value) -> bool {
+    let cfg = ControlFlow::compute(f);
+    let n = f.blocks.len();
+    let mut innermost: Vec<Option<usize>> = vec![None; n];
+    let mut loops: Vec<std::collections::HashSet<Block>> = Vec::new();
+    for &h in &cfg.rpo {
+        if cfg.latches(h).next().is_none() {
+            continue;
+        }
+        let body = cfg.loop_blocks(h);
+        for &b in &body {
+            let smaller = innermost[b.index()].is_none_or(|k| loops[k].len() > body.len());
+            if smaller {
+                innermost[b.index()] = Some(loops.len());
+            }
+        }
+        loops.push(body);
+    }
+    let mut def_block: Vec<Option<Block>> = vec![None; f.values.len()];
+    for (b, data) in f.blocks.iter() {
+        for &p in &data.params {
+            def_block[p.index()] = Some(b);
+        }
+        for &i in &data.insts {
+            if let Some(r) = f.insts[i].result {
+                def_block[r.index()] = Some(b);
+            }
+        }
+    }
+    move |b: Block, v: Value| match (innermost[b.index()], def_block.get(v.index()).copied().flatten()) {
+        (Some(k), Some(d)) => !loops[k].contains(&d),
+        _ => false,
+    }
+}
+
+/// Makes `late` right for block `b`: a value defined outside the innermost loop that
+/// contains `b` is ready whenever `b` runs (an adjoint an outer loop's step computed,
+/// read by an inner loop), so to `b` it is an addend that waits on nothing, and so is
+/// what `b` computes from such values alone. Returns the values cleared that are to be
+/// marked again after `b` (those of other blocks).
+fn wait_in_block(
+    f: &Function,
+    b: Block,
+    late: &mut [bool],
+    invariant_in: &dyn Fn(Block, Value) -> bool,
+) -> Vec<Value> {
+    let mut cleared = Vec::new();
+    for &i in &f.blocks[b].insts {
+        for &a in &f.insts[i].args {
+            if late[a.index()] && invariant_in(b, a) {
+                late[a.index()] = false;
+                cleared.push(a);
+            }
+        }
+        if let Some(r) = f.insts[i].result {
+            late[r.index()] = late[r.index()] && f.insts[i].args.iter().any(|a| late[a.index()]);
+        }
+    }
+    cleared
 }
 
 /// For each value: how many instructions of its own block read it, and whether anything
@@ -399,10 +469,26 @@ impl BlockPass<'_> {
                 (None, _) => e,
             });
         }
+        // Addends that wait on nothing are summed before they are scaled: one product,
+        // not one per addend (the adjoints of `ū`, `v̄` and `eaten` reaching one term,
+        // each scaled through every factor of its local derivatives).
+        if form.rest.len() > 1 {
+            let sum = self.sum_rest(f, &form.rest);
+            form.rest = vec![sum];
+        }
         for r in form.rest.iter_mut() {
             r.0 = self.emit(f, Op::FBinary(op), vec![r.0, e]);
         }
         form
+    }
+
+    /// The sum of addends that wait on nothing, in order, and its sign.
+    fn sum_rest(&mut self, f: &mut Function, rest: &[(Value, bool)]) -> (Value, bool) {
+        let mut acc = rest[0];
+        for &r in &rest[1..] {
+            acc = self.combine(f, acc, r);
+        }
+        acc
     }
 
     /// `a + b`, with the terms of one atom merged.
@@ -465,14 +551,8 @@ impl BlockPass<'_> {
     fn build(&mut self, f: &mut Function, form: &Form) -> (Value, bool) {
         // (ready, order, value, negative)
         let mut items: Vec<(i64, usize, Value, bool)> = Vec::new();
-        let mut rest: Option<(Value, bool)> = None;
-        for &(v, negative) in &form.rest {
-            rest = Some(match rest {
-                None => (v, negative),
-                Some(acc) => self.combine(f, acc, (v, negative)),
-            });
-        }
-        if let Some((v, negative)) = rest {
+        if !form.rest.is_empty() {
+            let (v, negative) = self.sum_rest(f, &form.rest);
             items.push((-1, 0, v, negative));
         }
         for t in &form.terms {
@@ -673,6 +753,69 @@ bb1(%x_6: f64, %y_7: f64):
         for args in [[1.5, -0.25, 3.0, 0.75, 2.0, -1.0], [0.1, 7.0, -2.5, 1e3, -4.0, 0.5]] {
             close(&eval(old, &args), &eval(new, &args));
         }
+    }
+
+    /// The number of products in block `b`.
+    fn products(f: &Function, b: usize) -> usize {
+        let block = mcir_ir::entity::EntityRef::new(b);
+        f.blocks[block].insts.iter().filter(|&&i| f.insts[i].op == Op::FBinary(FBinOp::Mul)).count()
+    }
+
+    #[test]
+    fn addends_that_wait_on_nothing_are_summed_before_they_are_scaled() {
+        // `(x̄·a + b - e)` scaled by `a`, then by `b`: the carried term's coefficient is
+        // one product per scaling, and `b - e` is summed once and scaled once per
+        // scaling, not each addend on its own.
+        let ir = "fn @f$rev(%a_0: f64, %b_1: f64, %xb_2: f64, %e_3: f64, %c_4: bool) -> f64 {
+bb0:
+    jump bb1(%xb_2)
+bb1(%x_5: f64):
+    %6: f64 = fmul %x_5, %a_0
+    %7: f64 = fadd %6, %b_1
+    %8: f64 = fsub %7, %e_3
+    %9: f64 = fmul %8, %a_0
+    %10: f64 = fmul %9, %b_1
+    br %c_4, bb1(%10), bb2
+bb2:
+    ret %10
+}";
+        let (_, after) = run(ir);
+        let f = after.funcs.values().next().expect("the function");
+        let text = mcir_ir::print::print_function(&after, f);
+        // x̄·(a·a·b) and (b - e)·a·b: two products for the coefficient a·a·b beside the
+        // chain, one for the carried value, two for the early sum.
+        assert_eq!(products(f, 1), 5, "{text}");
+        assert_eq!(text.matches("fsub %b_1, %e_3").count(), 1, "{text}");
+    }
+
+    #[test]
+    fn values_of_an_enclosing_loop_wait_on_nothing_in_an_inner_one() {
+        // `ō · a`, computed in the outer loop, is the same in every iteration of the
+        // inner one: there it is an addend that waits on nothing, summed with `b` and
+        // `-e` and scaled once, and the inner block keeps its two products.
+        let ir = "fn @f$rev(%a_0: f64, %b_1: f64, %xb_2: f64, %e_3: f64, %c_4: bool) -> f64 {
+bb0:
+    jump bb1(%xb_2)
+bb1(%o_5: f64):
+    %6: f64 = fmul %o_5, %a_0
+    jump bb2(%o_5)
+bb2(%x_7: f64):
+    %8: f64 = fadd %6, %b_1
+    %9: f64 = fsub %8, %e_3
+    %10: f64 = fmul %9, %a_0
+    %11: f64 = fmul %10, %b_1
+    %12: f64 = fadd %x_7, %11
+    br %c_4, bb2(%12), bb3
+bb3:
+    br %c_4, bb1(%12), bb4
+bb4:
+    ret %12
+}";
+        let (before, after) = run(ir);
+        let (old, new) = (before.funcs.values().next().expect("f"), after.funcs.values().next().expect("f"));
+        let text = mcir_ir::print::print_function(&after, new);
+        assert_eq!(products(new, 2), products(old, 2), "{text}");
+        assert_eq!(products(new, 2), 2, "{text}");
     }
 
     #[test]
