@@ -33,6 +33,8 @@ def args():
     out["inverse_loops"] = [[[u(-0.35, 0.35) for _ in range(9)] for _ in range(10000)], 2.0, [1.0, -2.0, 0.5]]
     out["banded_costs"] = [[[u(-2, 2), u(0, 10), u(0, 16)] for _ in range(40000)], 2.0, [0.3, 0.5, 0.7]]
     out["reaction_cells"] = [[u(0.5, 1.5) for _ in range(4000)], [u(1, 3) for _ in range(4000)], [u(0.8, 1.2) for _ in range(4000)], [1.0, 0.2, 2.0, 0.05], 50]
+    out["matrix_tree"] = [[u(-0.3, 0.3) for _ in range(65536)]]
+    out["inverse_pairs"] = [[[u(-0.35, 0.35) for _ in range(9)] for _ in range(10000)], 2.0, [[u(-1, 1) for _ in range(3)] for _ in range(3)]]
     return out
 
 

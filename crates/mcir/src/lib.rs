@@ -118,6 +118,11 @@ impl Program {
                 // returns is the array made there, which may become values; merged again
                 // after those values are made.
                 simplify_every_function(&mut module);
+                // A small array a function returns and its callers only read at constant
+                // indices becomes a tuple of its elements (after the short loops that
+                // fill and read it are written out), which the function then makes in
+                // values.
+                let module = mcir_ir::returns::return_small_arrays_as_values(module);
                 let mut module = mcir_ir::scalarise::scalarise_small_arrays(module);
                 simplify_every_function(&mut module);
                 if let Err(e) = mcir_ir::verify_module(&module) {
@@ -269,7 +274,9 @@ impl Program {
     }
 
     /// The module as lowered from the source, before optimisation (what `mcc ir`
-    /// prints); function ids are those of [`Program::module`].
+    /// prints); function ids are those of [`Program::module`], which may have more
+    /// after them (a variant of a function returning a small array's elements as a
+    /// tuple, `mcir_ir::returns`).
     pub fn written_module(&self) -> &Module {
         &self.written
     }
@@ -278,7 +285,11 @@ impl Program {
     /// source.
     pub fn ir_text(&self, func: Option<FuncId>) -> String {
         match func {
-            Some(f) => mcir_ir::print_function(&self.written, &self.written.funcs[f]),
+            Some(f) => match self.written.funcs.get(f) {
+                Some(g) => mcir_ir::print_function(&self.written, g),
+                // A function optimisation added has no written form.
+                None => mcir_ir::print_function(&self.module, &self.module.funcs[f]),
+            },
             None => mcir_ir::print_module(&self.written),
         }
     }

@@ -947,7 +947,9 @@ fn cmd_ir(
         let mut listing = mcir::listing::Listing::new();
         let (mut primal_roots, mut pass_roots, mut tangent_roots) = (Vec::new(), Vec::new(), Vec::new());
         for &f in &funcs {
-            if stage == Stage::All {
+            // The module as written lacks the functions optimisation adds (a variant
+            // returning values, `mcir::ir::returns`).
+            if stage == Stage::All && primal.funcs.get(f).is_some() {
                 listing.add(primal, f, print);
                 primal_roots.push(f);
             }

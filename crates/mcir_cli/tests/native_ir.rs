@@ -63,6 +63,25 @@ fn chains_of_branches_are_linearized_whole() {
 }
 
 #[test]
+fn small_arrays_returned_to_readers_of_elements_are_tuples() {
+    // An inverse called from several places and a recursive product of 2 × 2 matrices:
+    // the calls whose results are read at constant indices take tuples, and the
+    // variants make no array (they read their arguments only); the call whose result
+    // is written into keeps the array.
+    let path = root().join("tests/check/small_arrays_returned_as_values.mcir");
+    let out = mcc(&["ir", path.to_str().unwrap(), "--opt", "--fn", "f"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let f = out.stdout.split("fn @f(").nth(1).unwrap().split("\n}\n").next().unwrap();
+    assert_eq!(f.matches("call @inverse$values").count(), 3, "{f}");
+    assert_eq!(f.matches("call @inverse(").count(), 1, "{f}");
+    assert_eq!(f.matches("call @product$values").count(), 1, "{f}");
+    for variant in ["fn @inverse$values", "fn @product$values"] {
+        let body = out.stdout.split(variant).nth(1).unwrap().split("\n}\n").next().unwrap();
+        assert!(!body.contains("array.fill") && !body.contains("store"), "{body}");
+    }
+}
+
+#[test]
 fn elements_added_into_by_inner_loops_are_held_in_values() {
     let path = root().join("tests/programs/elements_held_across_loops.mcir");
     let out = mcc(&["ir", path.to_str().unwrap(), "--native"]);

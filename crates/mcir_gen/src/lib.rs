@@ -184,7 +184,7 @@ impl Gen<'_, '_> {
     fn statement(&mut self, scope: &mut Scope, indent: usize) {
         let nested = scope.depth < 2;
         let e = |g: &mut Self, s: &Scope| g.real(s, 2);
-        match self.src.below(61) {
+        match self.src.below(63) {
             0 | 1 => {
                 let v = self.name("t");
                 let value = e(self, scope);
@@ -891,6 +891,20 @@ impl Gen<'_, '_> {
                 self.line(indent + 1, &format!("acc += 0.1 * tanh({u} + {v});"));
                 self.line(indent, "}");
             }
+            61 | 62 => {
+                // Small matrices returned by helpers that are not inlined (one called
+                // twice, one recursive), read at constant indices: the calls take their
+                // elements as tuples (`mcir_ir::returns`).
+                let (q, w, c) = (self.name("q"), self.name("w"), self.name("c"));
+                let value = e(self, scope);
+                self.line(indent, &format!("let {q} = spin({value});"));
+                self.line(indent, &format!("let {w} = spin(acc * 0.1);"));
+                self.line(indent, &format!("acc += {q}[0, 1] * {w}[1, 1] + {q}[1, 0] * 0.5;"));
+                if self.src.chance(50) {
+                    self.line(indent, &format!("let {c} = halves_product(x, 0, len(x));"));
+                    self.line(indent, &format!("acc += 0.1 * ({c}[0, 0] + {c}[1, 1]) - 0.05 * {c}[0, 1];"));
+                }
+            }
             41 => {
                 // A helper with a branch and a loop, called once.
                 let value = e(self, scope);
@@ -1086,6 +1100,37 @@ fn tiers(z: f64, w: f64) -> f64 {
         return q * tanh(z);
     }
     return sin(q) / (1.0 + z * z);
+}
+
+// A 2 × 2 matrix from one angle, returned in a fresh array.
+fn spin(t: f64) -> f64[,] {
+    let r = zeros(2, 2);
+    r[0, 0] = cos(t);
+    r[0, 1] = -sin(t) * 0.5;
+    r[1, 0] = sin(t);
+    r[1, 1] = cos(t) + 0.25 * t;
+    return r;
+}
+
+// The product of such matrices over halves of a range, each level a fresh array.
+fn halves_product(v: f64[], lo: i64, hi: i64) -> f64[,] {
+    let m = zeros(2, 2);
+    if hi - lo <= 1 {
+        m[0, 0] = cos(v[lo] * 0.5);
+        m[0, 1] = 0.25 * v[lo];
+        m[1, 0] = -sin(v[lo] * 0.5);
+        m[1, 1] = 1.0;
+        return m;
+    }
+    let mid = (lo + hi) / 2;
+    let a = halves_product(v, lo, mid);
+    let b = halves_product(v, mid, hi);
+    for i in 0..2 {
+        for j in 0..2 {
+            m[i, j] = a[i, 0] * b[0, j] + a[i, 1] * b[1, j];
+        }
+    }
+    return m;
 }
 
 // Never returns (`while true` without a `break`); called only where it is not reached.

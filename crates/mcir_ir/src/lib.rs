@@ -26,6 +26,7 @@ pub mod parse;
 pub mod print;
 pub mod promote;
 pub mod reclaim;
+pub mod returns;
 pub mod scalarise;
 pub mod simplify;
 pub mod specialise;
