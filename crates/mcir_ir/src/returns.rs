@@ -146,7 +146,7 @@ fn calls_reading_elements(f: &Function, g: FuncId, dims: &[i64]) -> Vec<Inst> {
                 continue;
             }
             let Some(r) = d.result else { continue };
-            if read_at_constant_indices(f, r, dims) {
+            if read_at_constant_indices(f, r, dims, false) {
                 calls.push(i);
             }
         }
@@ -155,10 +155,11 @@ fn calls_reading_elements(f: &Function, g: FuncId, dims: &[i64]) -> Vec<Inst> {
 }
 
 /// Whether every use of array `r` is a load at constant indices within `dims` or an
-/// extent.
-fn read_at_constant_indices(f: &Function, r: Value, dims: &[i64]) -> bool {
+/// extent (or, with `returned`, a `ret`).
+fn read_at_constant_indices(f: &Function, r: Value, dims: &[i64], returned: bool) -> bool {
     for data in f.blocks.values() {
-        if data.term.uses().contains(&r) {
+        let fine = returned && matches!(data.term, Terminator::Return(_));
+        if !fine && data.term.uses().contains(&r) {
             return false;
         }
         for &i in &data.insts {
@@ -168,7 +169,7 @@ fn read_at_constant_indices(f: &Function, r: Value, dims: &[i64]) -> bool {
             }
             let fine = match d.op {
                 Op::Load | Op::TrustedLoad => {
-                    d.args[0] == r && element_index(f, &d.args[1..], dims).is_some()
+                    d.args[0] == r && scalarise::flat_index(f, dims, &d.args[1..]).is_some()
                 }
                 Op::ArrayDim(_) => d.args[0] == r,
                 _ => false,
@@ -179,23 +180,6 @@ fn read_at_constant_indices(f: &Function, r: Value, dims: &[i64]) -> bool {
         }
     }
     true
-}
-
-/// The row-major position of the element at `indices`, if they are constants within
-/// `dims`.
-fn element_index(f: &Function, indices: &[Value], dims: &[i64]) -> Option<usize> {
-    if indices.len() != dims.len() {
-        return None;
-    }
-    let mut at = 0i64;
-    for (&ix, &n) in indices.iter().zip(dims) {
-        let k = f.const_int(ix)?;
-        if !(0..n).contains(&k) {
-            return None;
-        }
-        at = at * n + k;
-    }
-    Some(at as usize)
 }
 
 /// Makes call `call` of `f` a call of `variant`, its result the tuple of elements:
@@ -213,7 +197,7 @@ fn redirect(f: &mut Function, call: Inst, variant: FuncId, dims: &[i64], tuple: 
     for i in users {
         match f.insts[i].op {
             Op::Load | Op::TrustedLoad => {
-                if let Some(k) = element_index(f, &f.insts[i].args[1..], dims) {
+                if let Some(k) = scalarise::flat_index(f, dims, &f.insts[i].args[1..]) {
                     f.insts[i].op = Op::TupleGet(k as u32);
                     f.insts[i].args = vec![r];
                 }
@@ -249,8 +233,8 @@ fn return_elements(f: &mut Function, g: FuncId, v: FuncId, dims: &[i64], own: &[
             if d.op != Op::Call(g) {
                 continue;
             }
-            let only_returned_or_read = own.contains(&i)
-                || (returned.contains(&r) && read_at_constant_indices_or_returned(f, r, dims));
+            let only_returned_or_read =
+                own.contains(&i) || (returned.contains(&r) && read_at_constant_indices(f, r, dims, true));
             if only_returned_or_read {
                 redirected.push(i);
             }
@@ -286,17 +270,6 @@ fn return_elements(f: &mut Function, g: FuncId, v: FuncId, dims: &[i64], own: &[
         let t = f.push_value(b, Op::TupleNew, elements, tuple, span);
         f.set_terminator(b, Terminator::Return(Some(t)), span);
     }
-}
-
-/// [`read_at_constant_indices`], where `ret` may also return `r`.
-fn read_at_constant_indices_or_returned(f: &Function, r: Value, dims: &[i64]) -> bool {
-    let mut g = f.clone();
-    for b in g.blocks.values_mut() {
-        if matches!(b.term, Terminator::Return(Some(x)) if x == r) {
-            b.term = Terminator::Return(None);
-        }
-    }
-    read_at_constant_indices(&g, r, dims)
 }
 
 #[cfg(test)]
@@ -366,6 +339,45 @@ bb0:
         let main = function(&out, "main");
         assert_eq!(main.matches("call @pair$values").count(), 1, "{main}");
         assert_eq!(main.matches("call @pair(").count(), 1, "{main}");
+    }
+
+    #[test]
+    fn a_recursion_returning_its_own_result_returns_the_tuple() {
+        // `down` returns a fresh pair at the bottom and its own call's result above it:
+        // the variant calls itself and returns the tuple it gets.
+        let ir = "fn @down(%x_0: f64, %n_1: i64) -> f64[] {
+bb0:
+    %2: i64 = iconst 0
+    %3: bool = icmp le %n_1, %2
+    br %3, bb1, bb2
+bb1:
+    %4: f64 = fconst 0.0
+    %5: i64 = iconst 2
+    %6: f64[] = array.fill %4, %5
+    %7: i64 = iconst 1
+    store.trusted %6[%7], %x_0
+    ret %6
+bb2:
+    %8: i64 = iconst 1
+    %9: i64 = isub %n_1, %8
+    %10: f64[] = call @down(%x_0, %9)
+    ret %10
+}
+
+fn @main(%x_0: f64) -> f64 {
+bb0:
+    %1: i64 = iconst 3
+    %2: f64[] = call @down(%x_0, %1)
+    %3: i64 = iconst 1
+    %4: f64 = load %2[%3]
+    ret %4
+}
+";
+        let out = run(ir);
+        let variant = function(&out, "down$values");
+        assert!(variant.contains("call @down$values(%x_0"), "{variant}");
+        assert_eq!(variant.matches("tuple.new").count(), 1, "{variant}");
+        assert!(function(&out, "main").contains("tuple.get 1"), "{out}");
     }
 
     #[test]

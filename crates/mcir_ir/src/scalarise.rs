@@ -208,7 +208,7 @@ impl Plan {
 }
 
 /// The flat (row-major) index of constant `indices` within `dims`, if each is in range.
-fn flat_index(f: &Function, dims: &[i64], indices: &[Value]) -> Option<usize> {
+pub(crate) fn flat_index(f: &Function, dims: &[i64], indices: &[Value]) -> Option<usize> {
     if indices.len() != dims.len() {
         return None;
     }
