@@ -184,7 +184,7 @@ impl Gen<'_, '_> {
     fn statement(&mut self, scope: &mut Scope, indent: usize) {
         let nested = scope.depth < 2;
         let e = |g: &mut Self, s: &Scope| g.real(s, 2);
-        match self.src.below(63) {
+        match self.src.below(64) {
             0 | 1 => {
                 let v = self.name("t");
                 let value = e(self, scope);
@@ -905,6 +905,14 @@ impl Gen<'_, '_> {
                     self.line(indent, &format!("acc += 0.1 * ({c}[0, 0] + {c}[1, 1]) - 0.05 * {c}[0, 1];"));
                 }
             }
+            63 => {
+                // A recursion returning a pair, whose base case is inlined at its call
+                // sites: the pairs meet in joins, passed as their fields.
+                let pr = self.name("pr");
+                let value = e(self, scope);
+                self.line(indent, &format!("let {pr} = pair_halves(x, 0, len(x), tanh({value}));"));
+                self.line(indent, &format!("acc += 0.1 * {pr}.0 - 0.05 * {pr}.1;"));
+            }
             41 => {
                 // A helper with a branch and a loop, called once.
                 let value = e(self, scope);
@@ -1131,6 +1139,15 @@ fn halves_product(v: f64[], lo: i64, hi: i64) -> f64[,] {
         }
     }
     return m;
+}
+
+// A sum and a sum of squares over halves of a range, as a pair.
+fn pair_halves(v: f64[], lo: i64, hi: i64, w: f64) -> (f64, f64) {
+    if hi - lo == 1 { return (v[lo] * w, sin(v[lo]) * v[lo]); }
+    let mid = (lo + hi) / 2;
+    let a = pair_halves(v, lo, mid, w);
+    let b = pair_halves(v, mid, hi, w * 0.9);
+    return (a.0 + b.0 * 0.5, a.1 * b.0 + b.1);
 }
 
 // Never returns (`while true` without a `break`); called only where it is not reached.

@@ -25,14 +25,120 @@ use std::collections::{HashMap, HashSet};
 /// The most elements an array may have to become values.
 pub const MAX_ELEMENTS: usize = 16;
 
-/// `module` with the small arrays of each function that never escape made values.
+/// `module` with the small arrays of each function that never escape made values, and
+/// its tuples of scalars passed between blocks split into their fields.
 pub fn scalarise_small_arrays(mut module: Module) -> Module {
     let ids: Vec<FuncId> = module.funcs.keys().collect();
     for id in ids {
         let f = std::mem::replace(&mut module.funcs[id], Function::new("", &[], None));
-        module.funcs[id] = scalarise(f, &module.types);
+        module.funcs[id] = split_tuple_params(scalarise(f, &module.types), &module.types);
     }
     module
+}
+
+/// `f` with each block parameter that is a tuple of scalars (other than the entry's)
+/// replaced by one parameter per field: a jump passes the fields (the operands of the
+/// `tuple.new` that made its argument, or projections of it), the block's projections
+/// of the parameter read the field parameters, and any other use reads a tuple made
+/// again from them at the block's start.
+///
+/// Why: native code keeps a tuple in registers only while nothing but projections read
+/// it; one that flows into a join (a recursion whose base case is inlined at its call
+/// sites, `let a = if … { (x, y) } else { f(…) }`) was made in the call's memory, which
+/// grew with every call of a recursion until the outermost call returned.
+pub fn split_tuple_params(mut f: Function, types: &TypeTable) -> Function {
+    let blocks: Vec<Block> = f.blocks.keys().skip(1).collect();
+    for b in blocks {
+        let tuples: Vec<(Value, Vec<TypeId>)> = f.blocks[b]
+            .params
+            .iter()
+            .filter_map(|&p| match types.try_get(f.value_type(p)) {
+                Some(Type::Tuple(fields))
+                    if !fields.is_empty()
+                        && fields.len() <= MAX_ELEMENTS
+                        && fields.iter().all(|&t| matches!(types.try_get(t), Some(Type::Scalar(_)))) =>
+                {
+                    Some((p, fields.clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        for (p, fields) in tuples {
+            split_param(&mut f, b, p, &fields);
+        }
+    }
+    f
+}
+
+fn split_param(f: &mut Function, b: Block, p: Value, fields: &[TypeId]) {
+    let Some(k) = f.blocks[b].params.iter().position(|&q| q == p) else { return };
+    let name = f.values[p].name.clone();
+    let parts: Vec<Value> = fields
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| f.add_block_param(b, t, name.as_ref().map(|n| format!("{n}_{i}"))))
+        .collect();
+    // Each edge into `b` passes the fields of what it passed.
+    let mut edges = Vec::new();
+    for (c, data) in f.blocks.iter() {
+        for (e, edge) in data.term.successors().enumerate() {
+            if edge.block == b {
+                if let Some(&a) = edge.args.get(k) {
+                    edges.push((c, e, a));
+                }
+            }
+        }
+    }
+    for (c, e, a) in edges {
+        let made = f.defining(a).filter(|d| d.op == Op::TupleNew).map(|d| d.args.clone());
+        let values: Vec<Value> = match made {
+            Some(args) if args.len() == fields.len() => args,
+            _ => {
+                let span = f.blocks[c].term_span;
+                (0..fields.len())
+                    .map(|i| f.push_value(c, Op::TupleGet(i as u32), vec![a], fields[i], span))
+                    .collect()
+            }
+        };
+        if let Some(edge) = f.blocks[c].term.successors_mut().nth(e) {
+            edge.args.extend(values);
+        }
+    }
+    // Projections read the field parameters; anything else a tuple made again.
+    let mut subst: HashMap<Value, Value> = HashMap::new();
+    let mut others = false;
+    let block_ids: Vec<Block> = f.blocks.keys().collect();
+    for c in &block_ids {
+        let insts = std::mem::take(&mut f.blocks[*c].insts);
+        let mut kept = Vec::with_capacity(insts.len());
+        for i in insts {
+            let d = &f.insts[i];
+            match (&d.op, d.result) {
+                (Op::TupleGet(field), Some(r)) if d.args[0] == p => {
+                    if let Some(&part) = parts.get(*field as usize) {
+                        subst.insert(r, part);
+                        continue;
+                    }
+                    others = true;
+                }
+                _ => others |= d.args.contains(&p),
+            }
+            kept.push(i);
+        }
+        f.blocks[*c].insts = kept;
+        others |= f.blocks[*c].term.uses().contains(&p);
+    }
+    if others {
+        let span = f.blocks[b].term_span;
+        let whole = f.push_value(b, Op::TupleNew, parts.clone(), f.value_type(p), span);
+        if let Some(i) = f.blocks[b].insts.pop() {
+            f.blocks[b].insts.insert(0, i);
+        }
+        f.values[whole].name = name;
+        subst.insert(p, whole);
+    }
+    f.substitute(&subst);
+    remove_param(f, b, p);
 }
 
 /// `f` with its small arrays that never escape made values (see the module docs).
@@ -316,5 +422,66 @@ fn remove_param(f: &mut Function, b: Block, p: Value) {
                 edge.args.remove(k);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split(ir: &str) -> String {
+        let m = crate::parse_module(ir).expect("parses");
+        let mut out = m.clone();
+        let ids: Vec<FuncId> = out.funcs.keys().collect();
+        for id in ids {
+            out.funcs[id] = split_tuple_params(m.funcs[id].clone(), &m.types);
+        }
+        crate::verify_module(&out).expect("verifies");
+        crate::print::print_module(&out)
+    }
+
+    #[test]
+    fn a_tuple_passed_to_a_join_is_passed_as_its_fields() {
+        // One edge passes a tuple it made (its operands go instead), the other a call's
+        // result (projected before the jump); the join's projections read the new
+        // parameters, and its call, which needs the tuple, reads one made again.
+        let out = split(
+            "fn @g(%x_0: f64) -> (f64, i64) {
+bb0:
+    %1: i64 = iconst 1
+    %2: (f64, i64) = tuple.new %x_0, %1
+    ret %2
+}
+
+fn @f(%x_0: f64, %c_1: bool) -> f64 {
+bb0:
+    br %c_1, bb1, bb2
+bb1:
+    %2: i64 = iconst 3
+    %3: (f64, i64) = tuple.new %x_0, %2
+    jump bb3(%3)
+bb2:
+    %4: (f64, i64) = call @g(%x_0)
+    jump bb3(%4)
+bb3(%t_5: (f64, i64)):
+    %6: f64 = tuple.get 0 %t_5
+    %7: i64 = tuple.get 1 %t_5
+    %8: f64 = itof %7
+    %9: (f64, i64) = call @h(%t_5)
+    %10: f64 = fadd %6, %8
+    ret %10
+}
+
+fn @h(%t_0: (f64, i64)) -> (f64, i64) {
+bb0:
+    ret %t_0
+}",
+        );
+        let f = out.split("fn @f(").nth(1).expect("f").split("\n}\n").next().expect("f's body");
+        assert!(f.contains("jump bb3(%x_0, %2)"), "{f}");
+        assert!(f.contains("tuple.get 0 %4") && f.contains("tuple.get 1 %4"), "{f}");
+        assert!(f.contains("bb3(%t_0_"), "{f}");
+        assert_eq!(f.matches("tuple.new").count(), 2, "{f}");
+        assert!(!f.contains("tuple.get 0 %t_5"), "{f}");
     }
 }
