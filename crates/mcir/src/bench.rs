@@ -94,7 +94,9 @@ fn lend(o: &mut Owned) -> Arg<'_> {
 /// The gradient is taken with the parameters' `kinds` (constants are not differentiated;
 /// see [`crate::ArgKind`]); the JVP along all-ones tangents of every differentiable one.
 /// With `specialise`, the function is compiled for the shapes of `args`
-/// ([`Program::specialised`]), and compiling is timed with that step.
+/// ([`Program::specialised`]), and compiling is timed with that step. On
+/// [`crate::Engine::Interpreter`] the reference interpreter runs the calls (and
+/// compiling is source to IR and derived rules); no JVP is timed there.
 #[allow(clippy::too_many_arguments)]
 pub fn bench(
     file: &str,
@@ -106,6 +108,7 @@ pub fn bench(
     limits: &Limits,
     source_limits: &crate::SourceLimits,
     specialise: bool,
+    engine: crate::Engine,
 ) -> Result<BenchReport, ApiError> {
     // Arguments are read first: decoding JSON is not compiling.
     let parsed =
@@ -116,11 +119,15 @@ pub fn bench(
     let shapes = Program::shapes_of(&args);
     let compile = |file: &str, source: &str| -> Result<Program, crate::CompileError> {
         let p = Program::compile_with(file, source, source_limits)?;
-        match (specialise, p.entry(name)) {
-            (true, Ok(id)) => p.specialised(id, &shapes),
-            _ => Ok(p),
-        }
+        let p = match (specialise, p.entry(name)) {
+            (true, Ok(id)) => p.specialised(id, &shapes)?,
+            _ => p,
+        };
+        Ok(p.with_engine(engine))
     };
+    if engine == crate::Engine::Interpreter {
+        return bench_interpreted(&compile, file, source, name, &args, iters, kinds, limits);
+    }
     // Compiling — source to native code for the function and its gradient — is timed
     // like the calls: the median of several rounds (the first round of a process also
     // pays one-time start-up costs, which a long-running embedding pays once).
@@ -220,6 +227,55 @@ pub fn bench(
     }
     let jvp_ns = (!jvp.is_empty()).then(|| median(jvp));
     Ok(BenchReport { compile_ms, primal_ns: median(primal), gradient_ns: median(gradient), jvp_ns, iters })
+}
+
+/// [`bench`] on the reference interpreter: the program compiled (to IR, with the rules
+/// a gradient takes) and called through [`crate::Function`].
+#[allow(clippy::too_many_arguments)]
+fn bench_interpreted(
+    compile: &dyn Fn(&str, &str) -> Result<Program, crate::CompileError>,
+    file: &str,
+    source: &str,
+    name: Option<&str>,
+    args: &[Value],
+    iters: usize,
+    kinds: &[crate::ArgKind],
+    limits: &Limits,
+) -> Result<BenchReport, ApiError> {
+    let mut compiles = Vec::new();
+    let mut last = None;
+    for _ in 0..COMPILE_ROUNDS {
+        let t = Instant::now();
+        let program = compile(file, source).map_err(|e| ApiError::Compile(e.render()))?;
+        let id = program.entry(name).map_err(|e| ApiError::Args(e.to_string()))?;
+        let fname = program.module.funcs[id].name.clone();
+        program
+            .differentiate_with(&crate::AdOptions::default(), Some(id), kinds)
+            .map_err(|e| ApiError::Derive(e.to_string()))?;
+        compiles.push(t.elapsed().as_secs_f64() * 1e3);
+        last = Some((program, id, fname));
+    }
+    let Some((program, id, fname)) = last else { return Err(ApiError::Args("nothing to run".into())) };
+    let function = program.function(&fname)?.with_kinds(kinds).with_limits(limits.clone());
+    let iters = iters.max(1);
+    let (mut primal, mut gradient) = (Vec::with_capacity(iters), Vec::with_capacity(iters));
+    for _ in 0..iters {
+        let a = crate::grad::deep_copy_all(args);
+        let t = Instant::now();
+        function.call(&a)?;
+        primal.push(t.elapsed().as_nanos() as f64);
+        let a = crate::grad::deep_copy_all(args);
+        let t = Instant::now();
+        function.vjp(&a, seed(&program, id), &[])?;
+        gradient.push(t.elapsed().as_nanos() as f64);
+    }
+    Ok(BenchReport {
+        compile_ms: median(compiles),
+        primal_ns: median(primal),
+        gradient_ns: median(gradient),
+        jvp_ns: None,
+        iters,
+    })
 }
 
 fn seed(program: &Program, id: mcir_ir::FuncId) -> Option<Value> {

@@ -906,9 +906,14 @@ pub(crate) fn check_with(
     };
     let mut rng = Rng::new(options.seed);
     let mut report = CheckReport { function: f.name.clone(), trials: options.trials, ..Default::default() };
+    // One line: the message and where in the source (`file:line:col`).
     let render = |e: &mcir_interp::RuntimeError| {
         let text = program.render_runtime_error(e);
-        text.lines().next().unwrap_or("").trim_start_matches("error: ").to_string()
+        let message = text.lines().next().unwrap_or("").trim_start_matches("error: ").to_string();
+        match text.lines().find_map(|l| l.split_once("┌─ ").map(|(_, at)| at.trim().to_string())) {
+            Some(at) => format!("{message}, at {at}"),
+            None => message,
+        }
     };
     /// How long a call at drawn arguments may run when no time limit is given.
     const DRAWN_CALL_BUDGET: std::time::Duration = std::time::Duration::from_secs(10);

@@ -119,6 +119,25 @@ const DIFFERENTIABLE_BUILTINS: &[&str] = &[
 ];
 
 #[test]
+fn a_primal_that_fails_at_the_arguments_is_reported_with_its_place() {
+    let text = "fn act(v: f64[], i: i64) -> f64 {\n    return v[i + 1] * 2.0;\n}\nfn main(v: f64[]) -> f64 {\n    let mut s = 0.0;\n    for i in 0..len(v) { s += act(v, i); }\n    return s;\n}\n";
+    let dir = std::env::temp_dir().join(format!("mcir-ad-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("past_the_end.mcir");
+    std::fs::write(&path, text).unwrap();
+    let p = path.to_str().unwrap();
+    for engine in [&[][..], &["--interp"][..]] {
+        let mut words = vec!["check", p, "--args", "[[1.0, 2.0, 3.0]]", "--trials", "1"];
+        words.extend(engine);
+        let out = mcc(&words);
+        assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+        let place = format!("in function `act`, at {p}:2:12");
+        assert!(out.stdout.contains("the primal fails: index 3 is out of bounds"), "{}", out.stdout);
+        assert!(out.stdout.contains(&place), "{}", out.stdout);
+    }
+}
+
+#[test]
 fn a_corrupted_rule_is_caught_and_named() {
     let mut covered = Vec::new();
     let mut failures = Vec::new();

@@ -248,7 +248,14 @@ fn argument_kinds_in_the_api() {
 fn bench_times_the_gradient_with_argument_kinds() {
     let p = scratch();
     let args = "[[[1, 2], [3, 4]], [1, -1], [0, 0]]";
-    for kinds in [&[][..], &["--const", "0"][..], &["--const", "0", "--cache", "2"][..]] {
+    let kinds_and_engines: [&[&str]; 5] = [
+        &[],
+        &["--const", "0"],
+        &["--const", "0", "--cache", "2"],
+        &["--interp"],
+        &["--interp", "--const", "0"],
+    ];
+    for kinds in kinds_and_engines {
         let mut words = vec!["bench", &p, "--fn", "main", "--args", args, "--iters", "3"];
         words.extend(kinds);
         let out = mcc(&words);
