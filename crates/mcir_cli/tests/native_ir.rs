@@ -63,6 +63,20 @@ fn chains_of_branches_are_linearized_whole() {
 }
 
 #[test]
+fn a_read_every_arm_of_a_chain_begins_with_is_made_before_it() {
+    // Four arms each read `c[k]` first: the read moves in front of the chain, whose
+    // arms then only compute, and the reverse pass keeps no path.
+    let path = root().join("tests/check/chain_arms_read_one_element.mcir");
+    let out = mcc(&["ir", path.to_str().unwrap(), "--opt", "--fn", "f"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let f = out.stdout.split("fn @f(").nth(1).unwrap();
+    assert_eq!(f.matches("load %c_").count(), 1, "{f}");
+    let rev = mcc(&["ir", path.to_str().unwrap(), "--native", "--fn", "f", "--stage", "rev"]);
+    let rev = rev.stdout.split("fn @f$rev").nth(1).unwrap();
+    assert!(!rev.contains("path"), "{rev}");
+}
+
+#[test]
 fn small_arrays_returned_to_readers_of_elements_are_tuples() {
     // An inverse called from several places and a recursive product of 2 × 2 matrices:
     // the calls whose results are read at constant indices take tuples, and the

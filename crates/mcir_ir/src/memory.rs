@@ -311,6 +311,25 @@ fn plus_zero(f: &Function, op: &Op, args: &[Value], adjoint: bool) -> Option<Val
 /// `linearize.rs`), so its reverse pass neither branches nor tapes the path. Returns
 /// whether anything moved.
 pub fn hoist_loads_both_arms_make(mut f: Function) -> (Function, bool) {
+    // A chain `if … else if … else` reading one element in every arm: the inner branch's
+    // read moves to its head, which the outer branch's arm is, so the outer one can move
+    // it again on the next round.
+    let mut moved_any = false;
+    for _ in 0..MAX_HOIST_ROUNDS {
+        let (g, moved) = hoist_loads_once(f);
+        f = g;
+        if !moved {
+            break;
+        }
+        moved_any = true;
+    }
+    (f, moved_any)
+}
+
+/// How many arms deep a read every arm of a chain begins with is moved.
+const MAX_HOIST_ROUNDS: usize = 8;
+
+fn hoist_loads_once(mut f: Function) -> (Function, bool) {
     let mut moved_any = false;
     let mut preds: Vec<usize> = vec![0; f.blocks.len()];
     for (_, data) in f.blocks.iter() {
