@@ -245,14 +245,18 @@ fn forward_once(f: &mut Function, adjoint: bool, apart: &dyn Fn(Value, Value) ->
         f.blocks[b].insts = kept;
         // Stores not read yet are not handed on: another successor may read them.
         if !known.is_empty() {
-            let single: Vec<Block> = f.blocks[b]
+            let mut single: Vec<Block> = f.blocks[b]
                 .term
                 .successors()
                 .map(|s| s.block)
                 .filter(|&s| preds[s.index()] == 1 && s != b)
                 .collect();
-            for s in single {
-                handed.insert(s, known.clone());
+            // The last of them takes the map itself.
+            if let Some(last) = single.pop() {
+                for s in single {
+                    handed.insert(s, known.clone());
+                }
+                handed.insert(last, known);
             }
         }
     }

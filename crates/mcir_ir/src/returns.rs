@@ -24,6 +24,7 @@ use crate::function::*;
 use crate::op::Op;
 use crate::scalarise;
 use crate::types::{Scalar, Type, TypeId, TypeTable};
+use std::collections::{HashMap, HashSet};
 
 /// `module` with a variant returning values for each function that qualifies and has
 /// calls that qualify, and those calls made to it (see the module docs).
@@ -34,10 +35,15 @@ pub fn return_small_arrays_as_values(mut module: Module) -> Module {
             continue;
         }
         let Some(dims) = returned_extents(&module.funcs[g], &module.types, g) else { continue };
-        let sites: Vec<(FuncId, Inst)> = module
+        let sites: Vec<(FuncId, Readers, Vec<Inst>)> = module
             .funcs
             .iter()
-            .flat_map(|(fid, f)| calls_reading_elements(f, g, &dims).into_iter().map(move |i| (fid, i)))
+            .filter(|(_, f)| f.insts.values().any(|d| d.op == Op::Call(g)))
+            .filter_map(|(fid, f)| {
+                let readers = Readers::of(f);
+                let calls = calls_reading_elements(f, &readers, g, &dims);
+                (!calls.is_empty()).then_some((fid, readers, calls))
+            })
             .collect();
         if sites.is_empty() {
             continue;
@@ -50,11 +56,9 @@ pub fn return_small_arrays_as_values(mut module: Module) -> Module {
         let v = module.add_function(variant);
         // The variant's own calls of the function that qualify call the variant too,
         // and so do those whose result it returns.
-        let own = calls_reading_elements(&module.funcs[v], g, &dims);
-        return_elements(&mut module.funcs[v], g, v, &dims, &own, tuple);
-        for (fid, call) in sites {
-            let f = &mut module.funcs[fid];
-            redirect(f, call, v, &dims, tuple);
+        return_elements(&mut module.funcs[v], g, v, &dims, tuple);
+        for (fid, readers, calls) in sites {
+            redirect_all(&mut module.funcs[fid], &readers, &calls, v, &dims, tuple);
         }
     }
     module
@@ -82,11 +86,11 @@ fn returned_extents(f: &Function, types: &TypeTable, g: FuncId) -> Option<Vec<i6
     let mut dims: Option<Vec<i64>> = None;
     for data in f.blocks.values() {
         let Terminator::Return(Some(v)) = data.term else { continue };
-        let d = f.defining(v)?;
-        match d.op {
+        let ValueDef::Inst(def) = f.values[v].def else { return None };
+        match f.insts[def].op {
             Op::Call(callee) if callee == g => {}
             Op::ArrayFill => {
-                let extents = fill_extents(f, d)?;
+                let extents = scalarise::fresh_extents(f, types, def)?;
                 if dims.as_ref().is_some_and(|e| *e != extents) || !stays_here(f, v) {
                     return None;
                 }
@@ -96,14 +100,6 @@ fn returned_extents(f: &Function, types: &TypeTable, g: FuncId) -> Option<Vec<i6
         }
     }
     dims
-}
-
-/// The constant extents of an `array.fill`, if it has at most
-/// [`scalarise::MAX_ELEMENTS`] elements.
-fn fill_extents(f: &Function, d: &InstData) -> Option<Vec<i64>> {
-    let dims: Vec<i64> = d.args[1..].iter().map(|&a| f.const_int(a)).collect::<Option<_>>()?;
-    let count = dims.iter().try_fold(1i64, |a, &n| if n <= 0 { None } else { a.checked_mul(n) })?;
-    (count as u64 <= scalarise::MAX_ELEMENTS as u64).then_some(dims)
 }
 
 /// Whether array `v` is only read and written as an array (`load`, `store` into it,
@@ -135,9 +131,45 @@ fn stays_here(f: &Function, v: Value) -> bool {
     true
 }
 
+/// Where the values of a function are read, found once: by which instructions, and
+/// whether by a `ret` or by another terminator.
+struct Readers {
+    insts: HashMap<Value, Vec<Inst>>,
+    returned: HashSet<Value>,
+    otherwise: HashSet<Value>,
+}
+
+impl Readers {
+    fn of(f: &Function) -> Readers {
+        let mut readers =
+            Readers { insts: HashMap::new(), returned: HashSet::new(), otherwise: HashSet::new() };
+        for data in f.blocks.values() {
+            for &i in &data.insts {
+                for &a in &f.insts[i].args {
+                    let users = readers.insts.entry(a).or_default();
+                    if users.last() != Some(&i) {
+                        users.push(i);
+                    }
+                }
+            }
+            let by_term = if matches!(data.term, Terminator::Return(_)) {
+                &mut readers.returned
+            } else {
+                &mut readers.otherwise
+            };
+            by_term.extend(data.term.uses());
+        }
+        readers
+    }
+
+    fn of_value(&self, v: Value) -> &[Inst] {
+        self.insts.get(&v).map_or(&[], |u| u.as_slice())
+    }
+}
+
 /// The calls of `g` in `f` whose results are only loaded at constant indices within
 /// `dims` or asked their extents.
-fn calls_reading_elements(f: &Function, g: FuncId, dims: &[i64]) -> Vec<Inst> {
+fn calls_reading_elements(f: &Function, readers: &Readers, g: FuncId, dims: &[i64]) -> Vec<Inst> {
     let mut calls = Vec::new();
     for data in f.blocks.values() {
         for &i in &data.insts {
@@ -146,7 +178,7 @@ fn calls_reading_elements(f: &Function, g: FuncId, dims: &[i64]) -> Vec<Inst> {
                 continue;
             }
             let Some(r) = d.result else { continue };
-            if read_at_constant_indices(f, r, dims, false) {
+            if read_at_constant_indices(f, readers, r, dims, false) {
                 calls.push(i);
             }
         }
@@ -156,45 +188,32 @@ fn calls_reading_elements(f: &Function, g: FuncId, dims: &[i64]) -> Vec<Inst> {
 
 /// Whether every use of array `r` is a load at constant indices within `dims` or an
 /// extent (or, with `returned`, a `ret`).
-fn read_at_constant_indices(f: &Function, r: Value, dims: &[i64], returned: bool) -> bool {
-    for data in f.blocks.values() {
-        let fine = returned && matches!(data.term, Terminator::Return(_));
-        if !fine && data.term.uses().contains(&r) {
-            return false;
-        }
-        for &i in &data.insts {
-            let d = &f.insts[i];
-            if !d.args.contains(&r) {
-                continue;
-            }
-            let fine = match d.op {
-                Op::Load | Op::TrustedLoad => {
-                    d.args[0] == r && scalarise::flat_index(f, dims, &d.args[1..]).is_some()
-                }
-                Op::ArrayDim(_) => d.args[0] == r,
-                _ => false,
-            };
-            if !fine {
-                return false;
-            }
-        }
+fn read_at_constant_indices(f: &Function, readers: &Readers, r: Value, dims: &[i64], returned: bool) -> bool {
+    if readers.otherwise.contains(&r) || (!returned && readers.returned.contains(&r)) {
+        return false;
     }
-    true
+    readers.of_value(r).iter().all(|&i| {
+        let d = &f.insts[i];
+        match d.op {
+            Op::Load | Op::TrustedLoad => {
+                d.args[0] == r
+                    && !d.args[1..].contains(&r)
+                    && scalarise::flat_index(f, dims, &d.args[1..]).is_some()
+            }
+            Op::ArrayDim(_) => d.args[0] == r,
+            _ => false,
+        }
+    })
 }
 
 /// Makes call `call` of `f` a call of `variant`, its result the tuple of elements:
-/// its loads read the tuple and its extents are constants.
-fn redirect(f: &mut Function, call: Inst, variant: FuncId, dims: &[i64], tuple: TypeId) {
+/// its loads (among `users`, the instructions that read it) read the tuple and its
+/// extents are constants.
+fn redirect(f: &mut Function, call: Inst, users: &[Inst], variant: FuncId, dims: &[i64], tuple: TypeId) {
     f.insts[call].op = Op::Call(variant);
     let Some(r) = f.insts[call].result else { return };
     f.values[r].ty = tuple;
-    let users: Vec<Inst> = f
-        .blocks
-        .values()
-        .flat_map(|b| b.insts.iter().copied())
-        .filter(|&i| f.insts[i].args.contains(&r))
-        .collect();
-    for i in users {
+    for &i in users {
         match f.insts[i].op {
             Op::Load | Op::TrustedLoad => {
                 if let Some(k) = scalarise::flat_index(f, dims, &f.insts[i].args[1..]) {
@@ -211,38 +230,40 @@ fn redirect(f: &mut Function, call: Inst, variant: FuncId, dims: &[i64], tuple: 
     }
 }
 
+/// Redirects each call of `calls` in `f` (see [`redirect`]).
+fn redirect_all(
+    f: &mut Function,
+    readers: &Readers,
+    calls: &[Inst],
+    variant: FuncId,
+    dims: &[i64],
+    tuple: TypeId,
+) {
+    for &call in calls {
+        let users = f.insts[call].result.map(|r| readers.of_value(r).to_vec()).unwrap_or_default();
+        redirect(f, call, &users, variant, dims, tuple);
+    }
+}
+
 /// Makes `f` (the variant `v` of `g`) return the elements of its arrays: its calls of
 /// `g` in `own` call `v`, and each `ret` of an array returns its elements read in
 /// row-major order (the array made here, or the result of a call of `g`, whose
 /// extents are the same), or the tuple a call of `v` gave.
-fn return_elements(f: &mut Function, g: FuncId, v: FuncId, dims: &[i64], own: &[Inst], tuple: TypeId) {
-    // Calls whose result is also returned qualify as well: the `ret` takes the tuple.
-    let returned: Vec<Value> = f
-        .blocks
-        .values()
-        .filter_map(|b| match b.term {
-            Terminator::Return(Some(x)) => Some(x),
-            _ => None,
-        })
-        .collect();
+fn return_elements(f: &mut Function, g: FuncId, v: FuncId, dims: &[i64], tuple: TypeId) {
+    // Calls whose result is read at constant indices, and returned or not: a `ret` of
+    // one takes the tuple.
+    let readers = Readers::of(f);
     let mut redirected = Vec::new();
     for data in f.blocks.values() {
         for &i in &data.insts {
             let d = &f.insts[i];
             let Some(r) = d.result else { continue };
-            if d.op != Op::Call(g) {
-                continue;
-            }
-            let only_returned_or_read =
-                own.contains(&i) || (returned.contains(&r) && read_at_constant_indices(f, r, dims, true));
-            if only_returned_or_read {
+            if d.op == Op::Call(g) && read_at_constant_indices(f, &readers, r, dims, true) {
                 redirected.push(i);
             }
         }
     }
-    for &call in &redirected {
-        redirect(f, call, v, dims, tuple);
-    }
+    redirect_all(f, &readers, &redirected, v, dims, tuple);
     let blocks: Vec<Block> = f.blocks.keys().collect();
     for b in blocks {
         let Terminator::Return(Some(x)) = f.blocks[b].term else { continue };

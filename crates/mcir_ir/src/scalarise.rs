@@ -159,7 +159,7 @@ fn placed_insts(f: &Function) -> Vec<Inst> {
 }
 
 /// The extents of the fresh array `def` makes, if it is small enough and of scalars.
-fn fresh_extents(f: &Function, types: &TypeTable, def: Inst) -> Option<Vec<i64>> {
+pub(crate) fn fresh_extents(f: &Function, types: &TypeTable, def: Inst) -> Option<Vec<i64>> {
     let d = &f.insts[def];
     let r = d.result?;
     let Some(Type::Array { .. }) = types.try_get(f.value_type(r)) else { return None };
